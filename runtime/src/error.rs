@@ -1,0 +1,234 @@
+//! The errors a tool call can end in, and the JSON form the model reads.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The error codes toolkey itself produces.
+///
+/// A tool may use any other code through [`ToolError::new`]; these are the ones the runtime
+/// answers with, each with a fixed meaning the model can rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The arguments do not fit the tool's schema. Nothing ran and nothing was recorded.
+    InvalidArguments,
+    /// No tool of that name is in the toolbox.
+    UnknownTool,
+    /// A call with the same key is running now.
+    InProgress,
+    /// A call with the same key but other arguments ran or is running.
+    Conflict,
+    /// The caller stopped waiting; the work may still finish.
+    Timeout,
+    /// Whether the effect happened cannot be told, and there is no recover hook to find out.
+    OutcomeUnknown,
+    /// The store could not be reached; the tool did not run.
+    StoreUnavailable,
+    /// A stored record could not be read; the tool did not run again.
+    StoreCorrupt,
+    /// An `unkeyed` tool was not approved.
+    ApprovalRequired,
+    /// A key needs a context field (`ctx.tenant`, `ctx.event_id`) the caller did not set.
+    MissingContext,
+    /// A defect inside the toolbox or the tool (a panic, a result that cannot be serialized).
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as the model sees it, for example `"IN_PROGRESS"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArguments => "INVALID_ARGUMENTS",
+            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
+            ErrorCode::InProgress => "IN_PROGRESS",
+            ErrorCode::Conflict => "CONFLICT",
+            ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::OutcomeUnknown => "OUTCOME_UNKNOWN",
+            ErrorCode::StoreUnavailable => "STORE_UNAVAILABLE",
+            ErrorCode::StoreCorrupt => "STORE_CORRUPT",
+            ErrorCode::ApprovalRequired => "APPROVAL_REQUIRED",
+            ErrorCode::MissingContext => "MISSING_CONTEXT",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+
+    const ALL: [ErrorCode; 11] = [
+        ErrorCode::InvalidArguments,
+        ErrorCode::UnknownTool,
+        ErrorCode::InProgress,
+        ErrorCode::Conflict,
+        ErrorCode::Timeout,
+        ErrorCode::OutcomeUnknown,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::StoreCorrupt,
+        ErrorCode::ApprovalRequired,
+        ErrorCode::MissingContext,
+        ErrorCode::Internal,
+    ];
+
+    /// The code for a code string, if it is one of toolkey's own.
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<ErrorCode> for Cow<'static, str> {
+    fn from(code: ErrorCode) -> Self {
+        Cow::Borrowed(code.as_str())
+    }
+}
+
+/// An error a tool call ends in: a code, a message, whether a retry is safe, and what to do.
+///
+/// ```
+/// use toolkey_runtime::ToolError;
+///
+/// let err = ToolError::new("PAYMENT_DECLINED", "card declined")
+///     .retryable(false)
+///     .suggestion("ask the user for another card");
+/// assert_eq!(err.code(), "PAYMENT_DECLINED");
+/// assert_eq!(err.to_json()["error"]["retryable"], false);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolError {
+    code: Cow<'static, str>,
+    message: String,
+    retryable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    suggestion: Option<String>,
+}
+
+impl ToolError {
+    /// An error with a code of the tool's choosing. Not retryable unless set.
+    pub fn new(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+            suggestion: None,
+        }
+    }
+
+    /// Whether calling again with the same arguments is safe and may succeed.
+    ///
+    /// For a keyed tool, a retryable error releases the key (the next call runs the body again);
+    /// a terminal one is recorded and replayed to every later call with the same key.
+    pub fn retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// What the model should do next, in words it can act on.
+    pub fn suggestion(mut self, suggestion: impl Into<String>) -> Self {
+        self.suggestion = Some(suggestion.into());
+        self
+    }
+
+    /// The body could not tell whether its effect happened (the request went out, the reply was
+    /// lost). The key is kept as *unknown*: the next call asks the tool's `recover` hook, and
+    /// without one answers `OUTCOME_UNKNOWN`.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        ToolError::new(ErrorCode::OutcomeUnknown, message).suggestion(
+            "do not repeat the action; check its status, or ask a person to look in the outside system",
+        )
+    }
+
+    /// The error code, for example `"CONFLICT"`.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// The code as one of toolkey's own, if it is one.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        ErrorCode::parse(&self.code)
+    }
+
+    /// True when the code is `code`.
+    pub fn is(&self, code: ErrorCode) -> bool {
+        self.code == code.as_str()
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether a retry with the same arguments is safe.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// What to do next, if the error says.
+    pub fn suggestion_text(&self) -> Option<&str> {
+        self.suggestion.as_deref()
+    }
+
+    /// The form the model reads:
+    /// `{"error": {"code", "message", "retryable", "suggestion"}}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "error": {
+                "code": self.code,
+                "message": self.message,
+                "retryable": self.retryable,
+                "suggestion": self.suggestion,
+            }
+        })
+    }
+
+    pub(crate) fn invalid_arguments(message: String, suggestion: String) -> Self {
+        ToolError::new(ErrorCode::InvalidArguments, message)
+            .retryable(true)
+            .suggestion(suggestion)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        ToolError::new(ErrorCode::Internal, message)
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl From<std::convert::Infallible> for ToolError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_form_has_all_four_fields() {
+        let err = ToolError::new(ErrorCode::InProgress, "running").suggestion("call x_status");
+        assert_eq!(
+            err.to_json(),
+            json!({"error": {"code": "IN_PROGRESS", "message": "running", "retryable": false, "suggestion": "call x_status"}})
+        );
+        assert_eq!(err.error_code(), Some(ErrorCode::InProgress));
+        assert_eq!(ToolError::new("X", "y").error_code(), None);
+    }
+
+    #[test]
+    fn round_trips_through_serde() {
+        let err = ToolError::new("PAYMENT_DECLINED", "no").retryable(true);
+        let back: ToolError = serde_json::from_str(&serde_json::to_string(&err).unwrap()).unwrap();
+        assert_eq!(back, err);
+    }
+}

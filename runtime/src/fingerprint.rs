@@ -1,0 +1,158 @@
+//! Fingerprints: SHA-256 over a canonical JSON form of the arguments that define an action.
+
+use std::fmt;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The SHA-256 of the canonical JSON of a call's defining arguments.
+///
+/// Same key and same fingerprint is a retry (replayed); same key and another fingerprint is a
+/// different action under a name already taken (CONFLICT).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// The fingerprint of any serializable value, through its canonical JSON form.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolkey_runtime::Fingerprint;
+    ///
+    /// let a = Fingerprint::of(&json!({"amount": 100.0, "customer": "acme"})).unwrap();
+    /// let b = Fingerprint::of(&json!({"customer": "acme", "amount": 100})).unwrap();
+    /// assert_eq!(a, b); // key order and number spelling do not matter
+    /// ```
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Fingerprint, serde_json::Error> {
+        let value = serde_json::to_value(value)?;
+        let mut text = String::with_capacity(128);
+        canonical_json(&value, &mut text);
+        Ok(Fingerprint(Sha256::digest(text.as_bytes()).into()))
+    }
+
+    /// The fingerprint as 64 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl From<Fingerprint> for String {
+    fn from(fp: Fingerprint) -> String {
+        fp.to_hex()
+    }
+}
+
+impl TryFrom<String> for Fingerprint {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        Fingerprint::from_hex(&text)
+    }
+}
+
+impl Fingerprint {
+    /// Parses 64 hex digits, as stores keep them.
+    pub fn from_hex(text: &str) -> Result<Fingerprint, String> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).map_err(|e| format!("bad fingerprint {text:?}: {e}"))?;
+        Ok(Fingerprint(out))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", &self.to_hex()[..16])
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// Writes the canonical JSON form: object keys sorted by their bytes, no white space, numbers by
+/// value (an integral float within ±2^53 is written as the integer), strings escaped as JSON.
+pub fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+                // -0.0 and 0.0 are one value.
+                let _ = write!(out, "{}", f as i64);
+            }
+            _ => {
+                let _ = write!(out, "{n}");
+            }
+        },
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(k, out);
+                out.push(':');
+                canonical_json(v, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut String) {
+    // serde_json's string escaping is canonical (it escapes exactly what JSON requires).
+    out.push_str(&serde_json::to_string(s).expect("a string always serializes"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_and_number_spelling_do_not_matter() {
+        let a = Fingerprint::of(&json!({"b": [1, {"y": 2, "x": 1.0}], "a": "s"})).unwrap();
+        let b = Fingerprint::of(&json!({"a": "s", "b": [1.0, {"x": 1, "y": 2}]})).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn different_values_differ() {
+        let a = Fingerprint::of(&json!({"amount": 100})).unwrap();
+        let b = Fingerprint::of(&json!({"amount": 100.5})).unwrap();
+        let c = Fingerprint::of(&json!({"amount": "100"})).unwrap();
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn canonical_text_is_compact_and_sorted() {
+        let mut out = String::new();
+        canonical_json(&json!({"z": null, "a": [true, "q\""], "m": -0.0}), &mut out);
+        assert_eq!(out, r#"{"a":[true,"q\""],"m":0,"z":null}"#);
+    }
+
+    #[test]
+    fn hex_round_trip() {
+        let a = Fingerprint::of(&json!(1)).unwrap();
+        assert_eq!(Fingerprint::from_hex(&a.to_hex()).unwrap(), a);
+        assert!(Fingerprint::from_hex("zz").is_err());
+    }
+}

@@ -1,0 +1,390 @@
+//! The store conformance suite: one set of checks, run against every [`Store`].
+//!
+//! A store written outside this crate (DynamoDB, MySQL, ...) proves itself with the same checks:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolkey_runtime::store::{conformance::Suite, ManualClock, MemoryStore};
+//!
+//! # async fn run() {
+//! let clock = Arc::new(ManualClock::new());
+//! let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+//! Suite::new(store).manual_clock(clock).run().await; // panics naming every failed check
+//! # }
+//! ```
+//!
+//! Each check works under a fresh random tenant, so one store serves the whole suite and a
+//! shared database needs no cleaning between runs.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{ManualClock, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::{Fingerprint, ToolError};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type Corrupter = Arc<dyn Fn(RecordKey) -> BoxFuture<()> + Send + Sync>;
+
+/// How the suite lets time pass.
+#[derive(Clone)]
+enum Time {
+    /// The store runs on this clock: time passes by advancing it.
+    Manual(Arc<ManualClock>),
+    /// The store runs on a real clock (a server's): time passes by sleeping.
+    Real,
+}
+
+/// The conformance suite for one store.
+pub struct Suite<S: Store> {
+    store: Arc<S>,
+    time: Time,
+    lease: Duration,
+    corrupt: Option<Corrupter>,
+}
+
+impl<S: Store> Suite<S> {
+    /// The suite for `store`, which runs on a real clock unless [`Suite::manual_clock`] says so.
+    pub fn new(store: Arc<S>) -> Self {
+        Suite {
+            store,
+            time: Time::Real,
+            lease: Duration::from_millis(600),
+            corrupt: None,
+        }
+    }
+
+    /// The store runs on `clock`; the suite advances it instead of sleeping.
+    pub fn manual_clock(mut self, clock: Arc<ManualClock>) -> Self {
+        self.time = Time::Manual(clock);
+        self
+    }
+
+    /// The lease the suite's short-lease checks use with a real clock (default 600 ms). Longer
+    /// makes the suite slower and more tolerant of a slow server.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How to damage a completed record's stored outcome, so the suite can check that a corrupt
+    /// record is reported and never taken as absent.
+    pub fn corrupt_with<F, Fut>(mut self, corrupt: F) -> Self
+    where
+        F: Fn(RecordKey) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.corrupt = Some(Arc::new(move |key| Box::pin(corrupt(key))));
+        self
+    }
+
+    /// Runs every check; panics with the names and reasons of all that failed.
+    pub async fn run(self) {
+        let checks: Vec<(&str, BoxFuture<Result<(), String>>)> = vec![
+            ("reserve_then_in_progress", Box::pin(reserve_then_in_progress(self.ctx()))),
+            ("concurrent_reserve_gives_one_token", Box::pin(concurrent_reserve_gives_one_token(self.ctx()))),
+            ("stale_tokens_are_refused", Box::pin(stale_tokens_are_refused(self.ctx()))),
+            ("completed_is_returned_with_outcome", Box::pin(completed_is_returned_with_outcome(self.ctx()))),
+            ("release_frees_the_key", Box::pin(release_frees_the_key(self.ctx()))),
+            ("late_complete_after_takeover_is_refused", Box::pin(late_complete_after_takeover_is_refused(self.ctx()))),
+            ("two_takeovers_one_wins", Box::pin(two_takeovers_one_wins(self.ctx()))),
+            ("renew_keeps_the_lease", Box::pin(renew_keeps_the_lease(self.ctx()))),
+            ("unknown_is_stale_and_can_be_taken_over", Box::pin(unknown_is_stale_and_can_be_taken_over(self.ctx()))),
+            ("expiry_is_checked_at_read_time", Box::pin(expiry_is_checked_at_read_time(self.ctx()))),
+            ("tenants_are_isolated", Box::pin(tenants_are_isolated(self.ctx()))),
+            ("every_outcome_round_trips", Box::pin(every_outcome_round_trips(self.ctx()))),
+            ("corrupt_record_is_an_error", Box::pin(corrupt_record_is_an_error(self.ctx()))),
+        ];
+        let mut failed = Vec::new();
+        let total = checks.len();
+        for (name, check) in checks {
+            if let Err(why) = check.await {
+                failed.push(format!("{name}: {why}"));
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "{} of {total} store conformance checks failed:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        );
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            store: self.store.clone(),
+            time: self.time.clone(),
+            lease: self.lease,
+            corrupt: self.corrupt.clone(),
+            tenant: format!("conformance-{}", Token::generate()),
+        }
+    }
+}
+
+struct Ctx {
+    store: Arc<dyn Store>,
+    time: Time,
+    lease: Duration,
+    corrupt: Option<Corrupter>,
+    tenant: String,
+}
+
+impl Ctx {
+    fn key(&self, name: &str) -> RecordKey {
+        RecordKey::new(self.tenant.clone(), format!("conformance:{name}"))
+    }
+
+    /// A lease long enough never to lapse during a check.
+    fn long(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    async fn pass(&self, d: Duration) {
+        match &self.time {
+            Time::Manual(clock) => clock.advance(d),
+            Time::Real => tokio::time::sleep(d).await,
+        }
+    }
+
+    /// Lets a lease of `self.lease` lapse.
+    async fn lapse(&self) {
+        self.pass(self.lease + self.lease / 2).await
+    }
+
+    async fn reserve(&self, key: &RecordKey, fp: &Fingerprint, lease: Duration) -> Result<Token, String> {
+        match self.store.reserve(key, fp, lease).await.map_err(err)? {
+            Reservation::Reserved(token) => Ok(token),
+            other => Err(format!("expected Reserved for {key:?}, got {other:?}")),
+        }
+    }
+}
+
+fn err(e: StoreError) -> String {
+    format!("store error: {e}")
+}
+
+fn fp(n: u64) -> Fingerprint {
+    Fingerprint::of(&json!({ "n": n })).expect("fingerprint")
+}
+
+fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+async fn reserve_then_in_progress(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("a");
+    cx.reserve(&key, &fp(1), cx.long()).await?;
+    let again = cx.store.reserve(&key, &fp(2), cx.long()).await.map_err(err)?;
+    ensure(
+        matches!(&again, Reservation::Existing(Record::InProgress { fingerprint, .. }) if *fingerprint == fp(1)),
+        || format!("second reserve should see the first in progress with its fingerprint, got {again:?}"),
+    )
+}
+
+async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("race");
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = cx.store.clone();
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move { store.reserve(&key, &fp(1), Duration::from_secs(300)).await }));
+    }
+    let mut reserved = 0;
+    for task in tasks {
+        match task.await.map_err(|e| e.to_string())?.map_err(err)? {
+            Reservation::Reserved(_) => reserved += 1,
+            Reservation::Existing(Record::InProgress { .. }) => {}
+            other => return Err(format!("unexpected answer in race: {other:?}")),
+        }
+    }
+    ensure(reserved == 1, || format!("32 concurrent reserves gave {reserved} tokens, expected 1"))
+}
+
+async fn stale_tokens_are_refused(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("fenced");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    let wrong = Token::generate();
+    let s = &cx.store;
+    ensure(!s.complete(&key, &wrong, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete with a wrong token applied".into())?;
+    ensure(!s.release(&key, &wrong).await.map_err(err)?, || "release with a wrong token applied".into())?;
+    ensure(!s.renew(&key, &wrong, cx.long()).await.map_err(err)?, || "renew with a wrong token applied".into())?;
+    ensure(!s.mark_unknown(&key, &wrong).await.map_err(err)?, || "mark_unknown with a wrong token applied".into())?;
+    ensure(s.take_over(&key, &wrong, cx.long()).await.map_err(err)?.is_none(), || "take_over of a live record applied".into())?;
+    ensure(s.take_over(&key, &token, cx.long()).await.map_err(err)?.is_none(), || "take_over of a record with a current lease applied".into())?;
+    let record = s.get(&key).await.map_err(err)?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("refused writes changed the record: {record:?}"))?;
+    ensure(s.complete(&key, &token, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete with the right token was refused".into())?;
+    ensure(!s.release(&key, &token).await.map_err(err)?, || "release after complete applied".into())?;
+    ensure(!s.complete(&key, &token, &Outcome::Ok(json!(2)), cx.long()).await.map_err(err)?, || "a second complete applied".into())?;
+    let record = s.get(&key).await.map_err(err)?;
+    ensure(
+        matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!(1)),
+        || format!("the first outcome should stay, got {record:?}"),
+    )
+}
+
+async fn completed_is_returned_with_outcome(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("done");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    let outcome = Outcome::Ok(json!({"invoice": "inv-1", "amount": 100.5}));
+    ensure(cx.store.complete(&key, &token, &outcome, cx.long()).await.map_err(err)?, || "complete refused".into())?;
+    let again = cx.store.reserve(&key, &fp(1), cx.long()).await.map_err(err)?;
+    ensure(
+        matches!(&again, Reservation::Existing(Record::Completed { fingerprint, outcome: o, .. }) if *fingerprint == fp(1) && *o == outcome),
+        || format!("reserve after complete should return the outcome, got {again:?}"),
+    )
+}
+
+async fn release_frees_the_key(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("free");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    ensure(cx.store.release(&key, &token).await.map_err(err)?, || "release refused".into())?;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || "released record still readable".into())?;
+    cx.reserve(&key, &fp(2), cx.long()).await.map(drop)
+}
+
+async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("lapsed");
+    let first = cx.reserve(&key, &fp(1), cx.lease).await?;
+    cx.lapse().await;
+    let stale = match cx.store.reserve(&key, &fp(1), cx.lease).await.map_err(err)? {
+        Reservation::Existing(Record::Stale { token, reported: false, .. }) => token,
+        other => return Err(format!("a lapsed lease should read as stale, got {other:?}")),
+    };
+    let second = cx
+        .store
+        .take_over(&key, &stale, cx.long())
+        .await
+        .map_err(err)?
+        .ok_or("take_over of a stale record was refused")?;
+    ensure(second != first, || "take_over returned the old token".into())?;
+    ensure(!cx.store.complete(&key, &first, &Outcome::Ok(json!("late")), cx.long()).await.map_err(err)?, || "the first owner's late complete applied".into())?;
+    ensure(!cx.store.renew(&key, &first, cx.long()).await.map_err(err)?, || "the first owner's late renew applied".into())?;
+    ensure(cx.store.complete(&key, &second, &Outcome::Ok(json!("new")), cx.long()).await.map_err(err)?, || "the new owner's complete was refused".into())?;
+    let record = cx.store.get(&key).await.map_err(err)?;
+    ensure(
+        matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!("new")),
+        || format!("the store should keep the new owner's outcome, got {record:?}"),
+    )
+}
+
+async fn two_takeovers_one_wins(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("takeover");
+    cx.reserve(&key, &fp(1), cx.lease).await?;
+    cx.lapse().await;
+    let stale = match cx.store.get(&key).await.map_err(err)? {
+        Some(Record::Stale { token, .. }) => token,
+        other => return Err(format!("expected a stale record, got {other:?}")),
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (store, key, stale) = (cx.store.clone(), key.clone(), stale.clone());
+        tasks.push(tokio::spawn(async move { store.take_over(&key, &stale, Duration::from_secs(300)).await }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if task.await.map_err(|e| e.to_string())?.map_err(err)?.is_some() {
+            won += 1;
+        }
+    }
+    ensure(won == 1, || format!("8 concurrent takeovers: {won} won, expected 1"))
+}
+
+async fn renew_keeps_the_lease(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("renew");
+    let token = cx.reserve(&key, &fp(1), cx.lease).await?;
+    cx.pass(cx.lease / 2).await;
+    ensure(cx.store.renew(&key, &token, cx.lease).await.map_err(err)?, || "renew refused".into())?;
+    cx.pass(cx.lease * 3 / 4).await;
+    let record = cx.store.get(&key).await.map_err(err)?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("a renewed lease lapsed early: {record:?}"))?;
+    cx.lapse().await;
+    let record = cx.store.get(&key).await.map_err(err)?;
+    ensure(matches!(record, Some(Record::Stale { reported: false, .. })), || format!("an unrenewed lease should lapse: {record:?}"))
+}
+
+async fn unknown_is_stale_and_can_be_taken_over(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("unknown");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    ensure(cx.store.mark_unknown(&key, &token).await.map_err(err)?, || "mark_unknown refused".into())?;
+    ensure(!cx.store.complete(&key, &token, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete after mark_unknown applied".into())?;
+    let stale = match cx.store.reserve(&key, &fp(1), cx.long()).await.map_err(err)? {
+        Reservation::Existing(Record::Stale { token, reported: true, fingerprint, .. }) if fingerprint == fp(1) => token,
+        other => return Err(format!("an unknown record should read as reported stale, got {other:?}")),
+    };
+    let new = cx.store.take_over(&key, &stale, cx.long()).await.map_err(err)?.ok_or("take_over of an unknown record was refused")?;
+    ensure(cx.store.complete(&key, &new, &Outcome::Ok(json!(2)), cx.long()).await.map_err(err)?, || "complete after takeover refused".into())
+}
+
+async fn expiry_is_checked_at_read_time(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("expiry");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    ensure(cx.store.complete(&key, &token, &Outcome::Ok(json!(1)), cx.lease).await.map_err(err)?, || "complete refused".into())?;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_some(), || "a fresh record is missing".into())?;
+    cx.lapse().await;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || "an expired record is still readable before any purge".into())?;
+    cx.reserve(&key, &fp(2), cx.long()).await?;
+    let other = cx.key("expiry-purge");
+    let token = cx.reserve(&other, &fp(1), cx.long()).await?;
+    cx.store.complete(&other, &token, &Outcome::Ok(json!(1)), cx.lease).await.map_err(err)?;
+    cx.lapse().await;
+    let purged = cx.store.purge_expired().await.map_err(err)?;
+    ensure(purged >= 1, || format!("purge_expired removed {purged} records, expected at least 1"))?;
+    let record = cx.store.get(&key).await.map_err(err)?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("purge touched a live record: {record:?}"))
+}
+
+async fn tenants_are_isolated(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("tenant");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    cx.store.complete(&key, &token, &Outcome::Ok(json!("mine")), cx.long()).await.map_err(err)?;
+    let other = RecordKey::new(format!("{}-other", cx.tenant), key.key.clone());
+    ensure(cx.store.get(&other).await.map_err(err)?.is_none(), || "another tenant read the record".into())?;
+    let other_token = cx.reserve(&other, &fp(2), cx.long()).await?;
+    ensure(!cx.store.release(&key, &other_token).await.map_err(err)?, || "another tenant's token released the record".into())?;
+    let mine = cx.store.get(&key).await.map_err(err)?;
+    ensure(
+        matches!(&mine, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!("mine")),
+        || format!("the tenant's record changed: {mine:?}"),
+    )
+}
+
+async fn every_outcome_round_trips(cx: Ctx) -> Result<(), String> {
+    let outcomes: Vec<Outcome> = [json!(null), json!(0), json!(false), json!({}), json!([]), json!(""), json!({"nested": {"ü": [1.5, null]}})]
+        .into_iter()
+        .map(Outcome::Ok)
+        .chain([Outcome::Err(ToolError::new("PAYMENT_DECLINED", "card declined").suggestion("ask for another card"))])
+        .collect();
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let key = cx.key(&format!("shape-{i}"));
+        let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+        cx.store.complete(&key, &token, &outcome, cx.long()).await.map_err(err)?;
+        let back = cx.store.get(&key).await.map_err(err)?;
+        ensure(
+            matches!(&back, Some(Record::Completed { outcome: o, .. }) if *o == outcome),
+            || format!("{outcome:?} came back as {back:?}"),
+        )?;
+    }
+    Ok(())
+}
+
+async fn corrupt_record_is_an_error(cx: Ctx) -> Result<(), String> {
+    let Some(corrupt) = cx.corrupt.clone() else {
+        return Err("no corrupt_with hook given: the suite cannot check that corruption is loud".into());
+    };
+    let key = cx.key("corrupt");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    cx.store.complete(&key, &token, &Outcome::Ok(json!(Value::Null)), cx.long()).await.map_err(err)?;
+    corrupt(key.clone()).await;
+    let read = cx.store.get(&key).await;
+    ensure(matches!(read, Err(StoreError::Corrupt { .. })), || format!("get of a corrupt record gave {read:?}"))?;
+    let reserve = cx.store.reserve(&key, &fp(1), cx.long()).await;
+    ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || format!("reserve of a corrupt record gave {reserve:?}"))
+}

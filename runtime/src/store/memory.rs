@@ -1,0 +1,323 @@
+//! The in-process store: the default, and the reference the other stores are checked against.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use super::{
+    from_millis, millis, to_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError,
+    Token,
+};
+use crate::Fingerprint;
+
+/// A source of the current time, injectable so lease and retention tests need no sleeping.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that moves only when told to.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolkey_runtime::store::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_secs(31));
+/// assert_eq!(clock.now().duration_since(t0).unwrap(), Duration::from_secs(31));
+/// ```
+#[derive(Debug)]
+pub struct ManualClock {
+    now_ms: Mutex<i64>,
+}
+
+impl ManualClock {
+    /// A clock standing at the current system time.
+    pub fn new() -> Self {
+        ManualClock {
+            now_ms: Mutex::new(to_millis(SystemTime::now())),
+        }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        *self.now_ms.lock().expect("clock lock") += millis(by);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        from_millis(*self.now_ms.lock().expect("clock lock"))
+    }
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    fn now(&self) -> SystemTime {
+        (**self).now()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    InProgress,
+    Unknown,
+    Completed,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    state: State,
+    token: Token,
+    fingerprint: Fingerprint,
+    since_ms: i64,
+    lease_until_ms: i64,
+    /// Kept as stored text, as the other stores keep it, so a bad outcome is a corrupt record.
+    outcome: Option<String>,
+    completed_at_ms: i64,
+    expires_at_ms: i64,
+}
+
+impl Entry {
+    fn expired(&self, now: i64) -> bool {
+        self.state == State::Completed && self.expires_at_ms <= now
+    }
+
+    fn stale(&self, now: i64) -> bool {
+        self.state == State::Unknown || (self.state == State::InProgress && self.lease_until_ms <= now)
+    }
+
+    fn held_by(&self, token: &Token) -> bool {
+        self.state == State::InProgress && &self.token == token
+    }
+
+    fn to_record(&self, key: &RecordKey, now: i64) -> Result<Record, StoreError> {
+        Ok(match self.state {
+            State::Completed => {
+                let text = self
+                    .outcome
+                    .as_deref()
+                    .ok_or_else(|| StoreError::corrupt(key, "completed record without outcome"))?;
+                Record::Completed {
+                    fingerprint: self.fingerprint,
+                    outcome: Outcome::from_stored(key, text)?,
+                    completed_at: from_millis(self.completed_at_ms),
+                    expires_at: from_millis(self.expires_at_ms),
+                }
+            }
+            _ if self.stale(now) => Record::Stale {
+                token: self.token.clone(),
+                fingerprint: self.fingerprint,
+                since: from_millis(self.since_ms),
+                reported: self.state == State::Unknown,
+            },
+            _ => Record::InProgress {
+                fingerprint: self.fingerprint,
+                since: from_millis(self.since_ms),
+                lease_until: from_millis(self.lease_until_ms),
+            },
+        })
+    }
+}
+
+/// Keeps records in this process's memory: for tests, single-process agents, and as the default
+/// when a toolbox is given no store. Its records do not survive a restart.
+///
+/// ```
+/// use std::sync::Arc;
+/// use toolkey_runtime::store::{ManualClock, MemoryStore};
+///
+/// let clock = Arc::new(ManualClock::new());
+/// let store = MemoryStore::with_clock(clock.clone());
+/// # let _ = store;
+/// ```
+pub struct MemoryStore {
+    records: Mutex<HashMap<RecordKey, Entry>>,
+    clock: Box<dyn Clock>,
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        MemoryStore::with_clock(SystemClock)
+    }
+
+    /// An empty store on the given clock.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        MemoryStore {
+            records: Mutex::new(HashMap::new()),
+            clock: Box::new(clock),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        to_millis(self.clock.now())
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<RecordKey, Entry>, i64) -> T) -> T {
+        let now = self.now_ms();
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut records, now)
+    }
+
+    /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
+    /// careless migration might. For the conformance suite's corruption check.
+    #[doc(hidden)]
+    pub fn __corrupt(&self, key: &RecordKey) {
+        self.with(|records, _| {
+            if let Some(entry) = records.get_mut(key) {
+                entry.outcome = Some("{not json".into());
+            }
+        })
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        self.with(|records, now| {
+            if let Some(entry) = records.get(key) {
+                if !entry.expired(now) {
+                    return Ok(Reservation::Existing(entry.to_record(key, now)?));
+                }
+            }
+            let token = Token::generate();
+            records.insert(
+                key.clone(),
+                Entry {
+                    state: State::InProgress,
+                    token: token.clone(),
+                    fingerprint: *fingerprint,
+                    since_ms: now,
+                    lease_until_ms: now.saturating_add(millis(lease)),
+                    outcome: None,
+                    completed_at_ms: 0,
+                    expires_at_ms: 0,
+                },
+            );
+            Ok(Reservation::Reserved(token))
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        let text = outcome.to_stored();
+        self.with(|records, now| match records.get_mut(key) {
+            Some(entry) if entry.held_by(token) => {
+                entry.state = State::Completed;
+                entry.outcome = Some(text);
+                entry.completed_at_ms = now;
+                entry.expires_at_ms = now.saturating_add(millis(retain));
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.with(|records, _| match records.get(key) {
+            Some(entry) if entry.held_by(token) => {
+                records.remove(key);
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.with(|records, now| match records.get_mut(key) {
+            Some(entry) if entry.held_by(token) => {
+                entry.lease_until_ms = now.saturating_add(millis(lease));
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.with(|records, _| match records.get_mut(key) {
+            Some(entry) if entry.held_by(token) => {
+                entry.state = State::Unknown;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        self.with(|records, now| match records.get_mut(key) {
+            Some(entry) if &entry.token == stale && entry.stale(now) => {
+                let token = Token::generate();
+                entry.state = State::InProgress;
+                entry.token = token.clone();
+                entry.since_ms = now;
+                entry.lease_until_ms = now.saturating_add(millis(lease));
+                Ok(Some(token))
+            }
+            _ => Ok(None),
+        })
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.with(|records, now| match records.get(key) {
+            Some(entry) if !entry.expired(now) => entry.to_record(key, now).map(Some),
+            _ => Ok(None),
+        })
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.with(|records, now| {
+            let before = records.len();
+            records.retain(|_, entry| !entry.expired(now));
+            Ok((before - records.len()) as u64)
+        })
+    }
+
+    async fn now(&self) -> Result<SystemTime, StoreError> {
+        Ok(self.clock.now())
+    }
+}

@@ -1,0 +1,293 @@
+//! Stores: where keys are reserved, outcomes recorded, and races settled.
+//!
+//! Every store implements one state machine:
+//!
+//! ```text
+//! absent ──reserve(key, fp, lease)──▶ IN_PROGRESS{token, fp, lease_until}
+//! IN_PROGRESS ──complete(token, outcome)──▶ COMPLETED{outcome, fp, expires_at}   (fenced by token)
+//! IN_PROGRESS ──release(token)──▶ absent                                         (fenced by token)
+//! IN_PROGRESS ──renew(token)──▶ IN_PROGRESS (lease extended)
+//! IN_PROGRESS ──mark_unknown(token)──▶ UNKNOWN (the body could not tell whether it acted)
+//! IN_PROGRESS, lease passed, or UNKNOWN ──▶ STALE ──take_over(token)──▶ IN_PROGRESS{new token}
+//! COMPLETED, past retention ──▶ absent (a later reserve starts a new action)
+//! ```
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Fingerprint, ToolError};
+
+pub mod conformance;
+mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
+
+/// Which record: the tenant it belongs to and the normalized key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RecordKey {
+    /// The tenant (`ctx.tenant`); records of one tenant are invisible to every other.
+    pub tenant: String,
+    /// The normalized idempotency key.
+    pub key: String,
+}
+
+impl RecordKey {
+    /// A record key for a tenant and a key.
+    pub fn new(tenant: impl Into<String>, key: impl Into<String>) -> Self {
+        RecordKey {
+            tenant: tenant.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// The fencing token of one reservation: only its holder may complete, release, renew or mark it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(String);
+
+impl Token {
+    /// A new random token.
+    pub fn generate() -> Token {
+        Token(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// A token as a store keeps it.
+    pub fn from_stored(text: impl Into<String>) -> Token {
+        Token(text.into())
+    }
+
+    /// The token's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a finished call ended in: a result of any shape, or a terminal error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool's result, `null`, `0`, `false` and `{}` included.
+    Ok(Value),
+    /// A terminal (non-retryable) error, replayed like a result.
+    Err(ToolError),
+}
+
+impl Outcome {
+    /// The outcome as stored text.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(self).expect("an outcome always serializes")
+    }
+
+    /// Reads stored text back; text that is not an outcome is [`StoreError::Corrupt`].
+    pub fn from_stored(key: &RecordKey, text: &str) -> Result<Outcome, StoreError> {
+        serde_json::from_str(text).map_err(|e| StoreError::corrupt(key, format!("outcome: {e}")))
+    }
+}
+
+/// A record as a store reads it, judged by the store's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A call holds the key and its lease is current.
+    InProgress {
+        /// The fingerprint of the call that holds the key.
+        fingerprint: Fingerprint,
+        /// When it reserved the key.
+        since: SystemTime,
+        /// When its lease lapses unless renewed.
+        lease_until: SystemTime,
+    },
+    /// The key's holder let its lease lapse (it crashed or hangs), or its body said it could not
+    /// tell whether it acted. Nobody knows the outcome.
+    Stale {
+        /// The token to name in [`Store::take_over`].
+        token: Token,
+        /// The fingerprint of the call that held the key.
+        fingerprint: Fingerprint,
+        /// When it reserved the key.
+        since: SystemTime,
+        /// True when the body itself reported an unknown outcome (not a lapsed lease).
+        reported: bool,
+    },
+    /// The call finished; its outcome is kept until `expires_at`.
+    Completed {
+        /// The fingerprint of the call that finished.
+        fingerprint: Fingerprint,
+        /// Its result or terminal error.
+        outcome: Outcome,
+        /// When it finished.
+        completed_at: SystemTime,
+        /// When the record is purged (checked at read time).
+        expires_at: SystemTime,
+    },
+}
+
+impl Record {
+    /// The fingerprint of the call behind the record.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        match self {
+            Record::InProgress { fingerprint, .. }
+            | Record::Stale { fingerprint, .. }
+            | Record::Completed { fingerprint, .. } => fingerprint,
+        }
+    }
+}
+
+/// The answer to [`Store::reserve`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// The key was free (or its record had expired): the caller holds it and must run the work.
+    Reserved(Token),
+    /// The key was taken; this is its record.
+    Existing(Record),
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached or did not answer. Nothing was changed by this call.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
+    #[error("corrupt record for key {key:?} of tenant {tenant:?}: {detail}")]
+    Corrupt {
+        /// The record's tenant.
+        tenant: String,
+        /// The record's key.
+        key: String,
+        /// What could not be read.
+        detail: String,
+    },
+}
+
+impl StoreError {
+    /// A corrupt-record error for `key`.
+    pub fn corrupt(key: &RecordKey, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            tenant: key.tenant.clone(),
+            key: key.key.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// An unavailable-store error from any error.
+    pub fn unavailable(err: impl fmt::Display) -> StoreError {
+        StoreError::Unavailable(err.to_string())
+    }
+}
+
+/// Where keys are reserved and outcomes recorded.
+///
+/// # What an implementation must guarantee
+///
+/// - **Atomic reserve.** Of any number of concurrent `reserve` calls for one absent key — from
+///   tasks, processes or machines — exactly one gets [`Reservation::Reserved`]; the store's own
+///   primitive settles it (a unique constraint, `SET NX`, a compare-and-swap under a lock), never
+///   a read followed by a write.
+/// - **Fencing.** `complete`, `release`, `renew` and `mark_unknown` apply only while the record is
+///   in progress under the given token, and return `false` (changing nothing) otherwise.
+///   `take_over` succeeds for exactly one caller naming the stale record's token.
+/// - **The store's clock.** Leases, staleness and retention are judged by one clock for all
+///   workers: the server's where there is one.
+/// - **Expiry at read time.** A completed record past its retention is absent to `reserve` and
+///   `get`, whether or not it was purged yet.
+/// - **Tenants.** A record is visible only under its own tenant.
+/// - **Every outcome round-trips**, `null`, `0`, `false`, `{}` and errors included.
+/// - **Corruption is loud.** A record that cannot be read is [`StoreError::Corrupt`], never
+///   treated as absent.
+/// - **Fail closed.** When the store cannot be reached, `reserve` returns
+///   [`StoreError::Unavailable`] and the caller does not run the work.
+///
+/// [`conformance`] checks all of this against any implementation.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Reserves `key` for a call with `fingerprint`, holding it for `lease`; or returns the
+    /// existing record. A completed record past its retention counts as absent and is replaced.
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Records the outcome of the reservation `token`, kept for `retain`. False if the token no
+    /// longer holds the record.
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Deletes the reservation `token` (a retryable failure: the next call runs again).
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError>;
+
+    /// Extends the lease of reservation `token` to `lease` from now.
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks reservation `token` as unknown: its body could not tell whether it acted.
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError>;
+
+    /// Takes over a stale record whose token is `stale`, under a new token and lease. `None`
+    /// when the record is not stale under that token (another worker took it, or it finished).
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError>;
+
+    /// Reads a record, as status answers need it.
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes completed records past their retention; returns how many.
+    async fn purge_expired(&self) -> Result<u64, StoreError>;
+
+    /// The store's clock.
+    async fn now(&self) -> Result<SystemTime, StoreError>;
+}
+
+/// Milliseconds since the Unix epoch, as stores keep times.
+pub(crate) fn to_millis(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+/// The time `ms` milliseconds after the Unix epoch.
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

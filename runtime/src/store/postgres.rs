@@ -1,0 +1,1 @@
+//! The PostgreSQL store (feature `postgres`).

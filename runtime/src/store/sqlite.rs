@@ -1,0 +1,1 @@
+//! The embedded SQLite store (feature `sqlite`, on by default).

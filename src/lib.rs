@@ -1,0 +1,1 @@
+pub use toolkey_runtime::*;
