@@ -1,1 +1,59 @@
+//! The `#[tool]` attribute of toolkey. Use it through the `toolkey` crate.
+//!
+//! The macro parses the attribute and the fn (`tool::attr`, `tool::model`), validates them
+//! together (`tool::check`), and writes the code (`tool::expand`). It depends on no runtime
+//! crate: generated code names `::toolkey::__private` (or the `crate = "..."` override).
 
+use proc_macro::TokenStream;
+
+mod key_part;
+mod tool;
+
+/// Declares an LLM tool from an `async fn`, with its idempotency story.
+///
+/// ```ignore
+/// /// Create and send the invoice for one customer and billing period.
+/// #[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"), timeout = "2s")]
+/// async fn send_invoice(
+///     billing: State<Billing>,
+///     ctx: &ToolContext,
+///     /// Customer ID, for example "acme".
+///     customer: String,
+///     /// Billing period as YYYY-MM.
+///     period: String,
+///     /// Amount in EUR.
+///     amount: f64,
+///     /// What the invoice is for.
+///     #[arg(ignore)]
+///     memo: String,
+/// ) -> Result<Invoice, ToolError> { todo!() }
+/// ```
+///
+/// The story is exactly one of `read_only`, `idempotent(key = "...")`, `natural`, `unkeyed`.
+/// Inside `idempotent(...)`: `key` (the template: a literal namespace, then `<param>` or
+/// `<ctx.run_id>`, `<ctx.step>`, `<ctx.tenant>`, `<ctx.event_id>` placeholders), `status`
+/// (the companion's name, or `false`), `hash = true` (store only a hash of the values),
+/// `recover = path::to_fn`, `on_in_progress = "wait(2s)"` or `"reject"`, `destructive = false`.
+/// Beside the story: `timeout`, `lease`, `retain` (durations such as `"200ms"`, `"2s"`, `"5m"`,
+/// `"7d"`), `name`, `description`, `crate = "path"`.
+///
+/// Parameters: `State<T>` and `&ToolContext` are injected; every other parameter is filled by
+/// the model, described by its `///` comment. `#[arg(ignore)]` leaves a parameter out of the
+/// fingerprint, `#[arg(key = "exact")]` keeps a key part's case. `#[serde(..)]` and
+/// `#[schemars(..)]` attributes on a parameter go to its schema field.
+#[proc_macro_attribute]
+pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
+    tool::expand(args.into(), item.into()).into()
+}
+
+/// Lets a unit enum be part of an idempotency key, by its serde name.
+///
+/// ```ignore
+/// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, toolkey::KeyPart)]
+/// #[serde(rename_all = "snake_case")]
+/// enum Plan { Basic, Pro }
+/// ```
+#[proc_macro_derive(KeyPart, attributes(key_part))]
+pub fn derive_key_part(item: TokenStream) -> TokenStream {
+    key_part::expand(item.into()).into()
+}

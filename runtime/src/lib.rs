@@ -4,11 +4,25 @@
 //!
 //! Users depend on the `toolkey` crate, which re-exports this one.
 
+mod context;
 mod error;
+mod exec;
 mod fingerprint;
 mod key;
 pub mod store;
+mod tool;
+mod toolbox;
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use context::{State, StateMap, ToolContext};
 pub use error::{ErrorCode, ToolError};
 pub use fingerprint::{canonical_json, Fingerprint};
 pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
+pub use tool::{
+    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
+    StatusCompanion, Story, Tool, ToolDefinition,
+};
+pub use toolbox::{ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder};

@@ -1,0 +1,284 @@
+//! The `#[tool(...)]` grammar.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::meta::ParseNestedMeta;
+use syn::{LitBool, LitStr, Path};
+
+use super::ctxt::{did_you_mean, Ctxt};
+
+/// A value with the span it was written at.
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StoryKind {
+    ReadOnly,
+    Idempotent,
+    Natural,
+    Unkeyed,
+}
+
+pub struct Keyed {
+    pub key: Option<LitStr>,
+    /// `None`: the default name; `Some(None)`: `status = false`.
+    pub status: Option<Spanned<Option<String>>>,
+    pub hash: bool,
+    pub recover: Option<Path>,
+    pub wait_in_progress: Option<Duration>,
+    pub destructive: bool,
+    /// The `idempotent` token, for errors about the story as a whole.
+    pub span: Span,
+}
+
+pub struct Attr {
+    pub story: Option<Spanned<StoryKind>>,
+    pub keyed: Option<Keyed>,
+    pub timeout: Option<Spanned<Duration>>,
+    pub lease: Option<Spanned<Duration>>,
+    pub retain: Option<Spanned<Duration>>,
+    pub name: Option<LitStr>,
+    pub description: Option<LitStr>,
+    pub krate: Option<Path>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "read_only",
+    "idempotent",
+    "natural",
+    "unkeyed",
+    "timeout",
+    "lease",
+    "retain",
+    "name",
+    "description",
+    "crate",
+];
+const KEYED_KEYS: &[&str] = &["key", "status", "hash", "recover", "on_in_progress", "destructive"];
+const STORIES: &str = "`read_only`, `idempotent(key = \"...\")`, `natural`, `unkeyed`";
+
+pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
+    let mut attr = Attr {
+        story: None,
+        keyed: None,
+        timeout: None,
+        lease: None,
+        retain: None,
+        name: None,
+        description: None,
+        krate: None,
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        let key = path_name(&meta.path);
+        let span = span_of(&meta.path);
+        if seen.contains(&key) && TOP_KEYS.contains(&key.as_str()) {
+            cx.error_at(span, format!("duplicate `{key}`: each key is given once"));
+            skip_value(&meta)?;
+            return Ok(());
+        }
+        seen.push(key.clone());
+        let story = match key.as_str() {
+            "read_only" => Some(StoryKind::ReadOnly),
+            "natural" => Some(StoryKind::Natural),
+            "unkeyed" => Some(StoryKind::Unkeyed),
+            "idempotent" => Some(StoryKind::Idempotent),
+            _ => None,
+        };
+        if let Some(kind) = story {
+            if let Some(first) = &attr.story {
+                cx.error_at(
+                    span,
+                    format!(
+                        "a tool states exactly one story, and `{}` was already given; expected one of: {STORIES}",
+                        story_name(first.value)
+                    ),
+                );
+                skip_value(&meta)?;
+                return Ok(());
+            }
+            attr.story = Some(Spanned { value: kind, span });
+            if kind == StoryKind::Idempotent {
+                attr.keyed = Some(parse_keyed(cx, &meta, span)?);
+            } else if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
+                cx.error_at(span, format!("`{key}` takes no arguments"));
+                skip_value(&meta)?;
+            }
+            return Ok(());
+        }
+        match key.as_str() {
+            "timeout" => attr.timeout = parse_duration(cx, &meta)?,
+            "lease" => attr.lease = parse_duration(cx, &meta)?,
+            "retain" => attr.retain = parse_duration(cx, &meta)?,
+            "name" => attr.name = Some(meta.value()?.parse()?),
+            "description" => attr.description = Some(meta.value()?.parse()?),
+            "crate" => {
+                let lit: LitStr = meta.value()?.parse()?;
+                match lit.parse::<Path>() {
+                    Ok(path) => attr.krate = Some(path),
+                    Err(_) => cx.error_spanned_by(&lit, "`crate` takes a path, as in `crate = \"::toolkey\"`"),
+                }
+            }
+            other if KEYED_KEYS.contains(&other) => {
+                cx.error_at(span, format!("`{other}` belongs inside `idempotent(...)`, as in `idempotent(key = \"...\", {other} = ...)`"));
+                skip_value(&meta)?;
+            }
+            other => {
+                let hint = did_you_mean(other, TOP_KEYS.iter().copied())
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                cx.error_at(
+                    span,
+                    format!(
+                        "unknown `#[tool]` key `{other}`{hint}; expected one of: `read_only`, `idempotent(...)`, `natural`, `unkeyed`, `timeout`, `lease`, `retain`, `name`, `description`, `crate`"
+                    ),
+                );
+                skip_value(&meta)?;
+            }
+        }
+        Ok(())
+    });
+    if let Err(err) = syn::parse::Parser::parse2(parser, args) {
+        cx.syn_error(err);
+    }
+    attr
+}
+
+fn parse_keyed(cx: &Ctxt, meta: &ParseNestedMeta, span: Span) -> syn::Result<Keyed> {
+    let mut keyed = Keyed {
+        key: None,
+        status: None,
+        hash: false,
+        recover: None,
+        wait_in_progress: None,
+        destructive: true,
+        span,
+    };
+    if meta.input.is_empty() || meta.input.peek(syn::Token![,]) {
+        cx.error_at(span, "`idempotent` needs a key template, as in `idempotent(key = \"invoice:<customer>:<period>\")`");
+        return Ok(keyed);
+    }
+    let mut seen: Vec<String> = Vec::new();
+    meta.parse_nested_meta(|inner| {
+        let key = path_name(&inner.path);
+        let span = span_of(&inner.path);
+        if seen.contains(&key) {
+            cx.error_at(span, format!("duplicate `{key}`: each key is given once"));
+            skip_value(&inner)?;
+            return Ok(());
+        }
+        seen.push(key.clone());
+        match key.as_str() {
+            "key" => keyed.key = Some(inner.value()?.parse()?),
+            "status" => {
+                let value = inner.value()?;
+                if value.peek(LitBool) {
+                    let b: LitBool = value.parse()?;
+                    if b.value {
+                        cx.error_spanned_by(&b, "`status` takes a tool name or `false`; leave it out for the default `<tool>_status`");
+                    }
+                    keyed.status = Some(Spanned { value: None, span: b.span });
+                } else {
+                    let lit: LitStr = value.parse()?;
+                    keyed.status = Some(Spanned { value: Some(lit.value()), span: lit.span() });
+                }
+            }
+            "hash" => keyed.hash = inner.value()?.parse::<LitBool>()?.value,
+            "destructive" => keyed.destructive = inner.value()?.parse::<LitBool>()?.value,
+            "recover" => keyed.recover = Some(inner.value()?.parse()?),
+            "on_in_progress" => {
+                let lit: LitStr = inner.value()?.parse()?;
+                match parse_on_in_progress(&lit.value()) {
+                    Ok(wait) => keyed.wait_in_progress = wait,
+                    Err(msg) => cx.error_spanned_by(&lit, msg),
+                }
+            }
+            other => {
+                let hint = did_you_mean(other, KEYED_KEYS.iter().copied())
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                cx.error_at(
+                    span,
+                    format!("unknown `idempotent` key `{other}`{hint}; expected one of: `key`, `status`, `hash`, `recover`, `on_in_progress`, `destructive`"),
+                );
+                skip_value(&inner)?;
+            }
+        }
+        Ok(())
+    })?;
+    if keyed.key.is_none() {
+        cx.error_at(span, "`idempotent` needs a key template, as in `idempotent(key = \"invoice:<customer>:<period>\")`");
+    }
+    Ok(keyed)
+}
+
+fn parse_on_in_progress(text: &str) -> Result<Option<Duration>, String> {
+    if text == "reject" {
+        return Ok(None);
+    }
+    let inner = text
+        .strip_prefix("wait(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .ok_or_else(|| format!("invalid `on_in_progress = \"{text}\"`; expected `\"reject\"` or `\"wait(2s)\"`"))?;
+    duration(inner).map(Some)
+}
+
+fn parse_duration(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Spanned<Duration>>> {
+    let lit: LitStr = meta.value()?.parse()?;
+    match duration(&lit.value()) {
+        Ok(value) => Ok(Some(Spanned { value, span: lit.span() })),
+        Err(msg) => {
+            cx.error_spanned_by(&lit, msg);
+            Ok(None)
+        }
+    }
+}
+
+/// `"200ms"`, `"2s"`, `"5m"`, `"7d"`: a positive duration with a unit.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    let expected = "expected a duration with a unit, as in \"200ms\", \"2s\", \"5m\", \"7d\"";
+    if text.trim().is_empty() || text.trim().chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("invalid duration \"{text}\"; {expected}"));
+    }
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err(format!("duration \"{text}\" is zero; {expected}")),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("invalid duration \"{text}\" ({e}); {expected}")),
+    }
+}
+
+fn path_name(path: &Path) -> String {
+    path.segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+fn span_of(path: &Path) -> Span {
+    path.segments.first().map(|s| s.ident.span()).unwrap_or_else(Span::call_site)
+}
+
+/// Consumes whatever value follows a key we reject, so parsing goes on to report the rest.
+fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        let _: syn::Expr = meta.value()?.parse()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        let _content;
+        syn::parenthesized!(_content in meta.input);
+        let _: TokenStream = _content.parse()?;
+    }
+    Ok(())
+}
+
+pub fn story_name(kind: StoryKind) -> &'static str {
+    match kind {
+        StoryKind::ReadOnly => "read_only",
+        StoryKind::Idempotent => "idempotent",
+        StoryKind::Natural => "natural",
+        StoryKind::Unkeyed => "unkeyed",
+    }
+}

@@ -1,0 +1,205 @@
+//! Checks across parts: the fn's shape, names, the key template against the parameters.
+
+use proc_macro2::Span;
+use syn::Type;
+
+use super::attr::StoryKind;
+use super::ctxt::{did_you_mean, Ctxt};
+use super::key::{Piece, CTX_FIELDS};
+use super::model::{last_segment, ParamKind, Tool};
+
+/// The longest literal namespace: with a 64-hex hash after it, a key stays within 255 bytes.
+const MAX_PREFIX_BYTES: usize = 128;
+
+pub fn check(cx: &Ctxt, tool: &Tool) {
+    check_signature(cx, tool);
+    check_name(cx, &tool.name, tool.name_span, "tool name");
+    check_params(cx, tool);
+    check_settings(cx, tool);
+    if let Some(keyed) = &tool.keyed {
+        check_template(cx, tool);
+        if let Some((status, span)) = &keyed.status {
+            check_name(cx, status, *span, "status tool name");
+            if keyed.template.uses_ctx("step") {
+                cx.error_spanned_by(
+                    &keyed.template.lit,
+                    "a status companion cannot find a key that uses `<ctx.step>`: the step of the call it asks about is not the step it runs in; key on business fields, or turn the companion off with `status = false`",
+                );
+            }
+        }
+    }
+}
+
+fn check_signature(cx: &Ctxt, tool: &Tool) {
+    let sig = &tool.func.sig;
+    if sig.asyncness.is_none() {
+        cx.error_spanned_by(&sig.fn_token, "`#[tool]` needs an `async fn`: write `async fn`");
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        cx.error_spanned_by(
+            &sig.generics,
+            "a `#[tool]` fn cannot be generic: its schema is derived from concrete parameter types",
+        );
+    }
+    if tool.output.is_none() {
+        cx.error_spanned_by(&sig.ident, "a `#[tool]` fn returns `Result<T, E>`, with `T: Serialize` and `E: Into<ToolError>`");
+    }
+}
+
+fn check_name(cx: &Ctxt, name: &str, span: Span, what: &str) {
+    let mut chars = name.chars();
+    let valid = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        cx.error_at(
+            span,
+            format!("invalid {what} `{name}`: LLM APIs accept 1 to 64 characters of `A-Z a-z 0-9 _ -`, starting with a letter or `_`"),
+        );
+    }
+}
+
+fn check_params(cx: &Ctxt, tool: &Tool) {
+    let mut contexts = 0;
+    for param in &tool.params {
+        match &param.kind {
+            ParamKind::Context => contexts += 1,
+            ParamKind::State(_) => {}
+            ParamKind::Model => {
+                if param.ident == "idempotency_key" {
+                    cx.error_spanned_by(
+                        &param.ident,
+                        "the model must not supply the idempotency key: remove `idempotency_key`; toolkey derives the key from the fields named in `idempotent(key = \"...\")`",
+                    );
+                } else if last_segment(&param.ty).is_some_and(|s| s.ident == "IdempotencyKey") {
+                    cx.error_spanned_by(
+                        &param.ty,
+                        "a parameter typed `IdempotencyKey` would let the model supply the key: remove it; read the call's key with `ctx.idempotency_key()`",
+                    );
+                }
+            }
+        }
+    }
+    if contexts > 1 {
+        cx.error_spanned_by(&tool.func.sig.inputs, "take `&ToolContext` once");
+    }
+    let key_fields: Vec<&str> = tool.keyed.iter().flat_map(|k| k.template.params()).collect();
+    for param in tool.model_params() {
+        let is_key = key_fields.iter().any(|f| param.ident == f);
+        if let (Some(span), true) = (param.ignore, is_key) {
+            cx.error_at(
+                span,
+                format!("`{}` is part of the key, so it defines the action: a key field cannot be `#[arg(ignore)]`; remove `ignore`, or remove `<{}>` from the key", param.ident, param.ident),
+            );
+        }
+        if let (Some(span), false) = (param.exact, is_key) {
+            cx.error_at(span, format!("`{}` is not in the key template: `key = \"exact\"` applies to key fields only", param.ident));
+        }
+    }
+}
+
+fn check_settings(cx: &Ctxt, tool: &Tool) {
+    if tool.story != StoryKind::Idempotent {
+        for (setting, span) in [("lease", tool.lease.as_ref().map(|l| l.span)), ("retain", tool.retain.as_ref().map(|r| r.span))] {
+            if let Some(span) = span {
+                cx.error_at(span, format!("`{setting}` applies to `idempotent` tools only: other stories keep no record"));
+            }
+        }
+    }
+}
+
+fn check_template(cx: &Ctxt, tool: &Tool) {
+    let keyed = tool.keyed.as_ref().expect("checked by caller");
+    let template = &keyed.template;
+    let lit = &template.lit;
+    if lit.value().is_empty() {
+        return; // already reported: `idempotent` without `key`
+    }
+    let prefix = template.prefix();
+    if prefix.is_empty() || !prefix.chars().any(char::is_alphanumeric) {
+        cx.error_spanned_by(lit, "a key template starts with a literal namespace that names the action, as in `\"invoice:<customer>:<period>\"`");
+    } else if prefix.len() > MAX_PREFIX_BYTES {
+        cx.error_spanned_by(lit, format!("the key's namespace is {} bytes; keep it within {MAX_PREFIX_BYTES}", prefix.len()));
+    }
+    if !template.pieces.iter().any(|p| !matches!(p, Piece::Literal(_))) {
+        cx.error_spanned_by(
+            lit,
+            "a key template without `<placeholder>`s gives every call the same key, so only the first would ever run; name the fields that identify the action, as in `\"invoice:<customer>:<period>\"`",
+        );
+    }
+    let mut seen: Vec<&Piece> = Vec::new();
+    let mut previous: Option<&Piece> = None;
+    let params: Vec<String> = tool.model_params().map(|p| p.ident.to_string()).collect();
+    for piece in &template.pieces {
+        if let (Some(prev @ (Piece::Param(_) | Piece::Ctx(_))), Piece::Param(_) | Piece::Ctx(_)) = (previous, piece) {
+            cx.error_spanned_by(lit, format!("placeholders {} and {} need literal text between them, or their values could run together", show(prev), show(piece)));
+        }
+        previous = Some(piece);
+        if !matches!(piece, Piece::Literal(_)) && seen.contains(&piece) {
+            cx.error_spanned_by(lit, format!("placeholder {} appears twice in the key template", show(piece)));
+        }
+        seen.push(piece);
+        match piece {
+            Piece::Literal(_) => {}
+            Piece::Ctx(field) => {
+                if !CTX_FIELDS.contains(&field.as_str()) {
+                    let hint = did_you_mean(field, CTX_FIELDS.iter().copied())
+                        .map(|c| format!("did you mean `<ctx.{c}>`? "))
+                        .unwrap_or_default();
+                    cx.error_spanned_by(
+                        lit,
+                        format!("unknown context field `<ctx.{field}>` in key template; {hint}the context has `ctx.run_id`, `ctx.step`, `ctx.tenant`, `ctx.event_id`"),
+                    );
+                }
+            }
+            Piece::Param(name) => match tool.param(name) {
+                Some(param) if matches!(param.kind, ParamKind::Model) => check_key_type(cx, name, &param.ty),
+                Some(_) => cx.error_spanned_by(
+                    lit,
+                    format!("`<{name}>` is injected by the toolbox, not a value of the call: a key names the action by the call's own fields"),
+                ),
+                None => {
+                    let hint = did_you_mean(name, params.iter().map(String::as_str))
+                        .map(|c| format!("; did you mean `<{c}>`?"))
+                        .unwrap_or_else(|| {
+                            if params.is_empty() {
+                                "; the fn has no model-visible parameters".to_string()
+                            } else {
+                                format!("; the parameters are: {}", params.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "))
+                            }
+                        });
+                    cx.error_spanned_by(lit, format!("unknown placeholder `<{name}>` in key template: no parameter is named `{name}`{hint}"));
+                }
+            },
+        }
+    }
+}
+
+fn show(piece: &Piece) -> String {
+    match piece {
+        Piece::Literal(text) => format!("`{text}`"),
+        Piece::Param(name) => format!("`<{name}>`"),
+        Piece::Ctx(field) => format!("`<ctx.{field}>`"),
+    }
+}
+
+/// Types that can never be key parts get a specific reason here; the rest meet the `KeyPart`
+/// bound in generated code, which reports on the same type.
+fn check_key_type(cx: &Ctxt, name: &str, ty: &Type) {
+    let Some(segment) = last_segment(ty) else {
+        if let Type::Reference(_) = ty {
+            return;
+        }
+        cx.error_spanned_by(ty, format!("`{name}` cannot be part of an idempotency key: its type has no single canonical text form; use a String, an integer, a bool, a char, a Uuid or a unit enum"));
+        return;
+    };
+    let why = match segment.ident.to_string().as_str() {
+        "f32" | "f64" => "floats cannot be part of an idempotency key: the same amount has many spellings and roundings (0.1 + 0.2 != 0.3); use integer minor units (`amount_cents: i64`) or a String, or leave it out of the key and let the fingerprint catch a changed amount",
+        "Option" => "an `Option` cannot be part of an idempotency key: an absent value would make different actions share one key; make the parameter required, or leave it out of the key",
+        "Vec" | "HashSet" | "BTreeSet" | "VecDeque" => "a collection cannot be part of an idempotency key: its order and size make no single name for the action; key on an identifier of the whole (an order id), and let the fingerprint cover the items",
+        "HashMap" | "BTreeMap" => "a map cannot be part of an idempotency key: it has no single canonical text form; key on an identifier of the action, and let the fingerprint cover the map",
+        "Value" => "free-form JSON (`serde_json::Value`) cannot be part of an idempotency key: it has no single canonical text form; key on a typed identifier field",
+        _ => return,
+    };
+    cx.error_spanned_by(ty, format!("`{name}`: {why}"));
+}

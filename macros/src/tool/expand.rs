@@ -1,0 +1,299 @@
+//! The generated code. `quote!` only: every decision was made in `model` and `check`.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use super::attr::StoryKind;
+use super::key::Piece;
+use super::model::{Param, ParamKind, Tool};
+
+/// On error: the user's fn and the struct, so uses of either do not cascade into more errors.
+pub fn fallback(tool: &Tool) -> TokenStream {
+    let func = &tool.func;
+    let vis = &func.vis;
+    let ident = &tool.struct_ident;
+    quote! {
+        #func
+        #[allow(dead_code)]
+        #vis struct #ident;
+    }
+}
+
+pub fn expand(tool: &Tool) -> TokenStream {
+    let krate = &tool.krate;
+    let tk = quote!(#krate::__private);
+    let func = &tool.func;
+    let vis = &func.vis;
+    let fn_ident = &func.sig.ident;
+    let ident = &tool.struct_ident;
+    let name = &tool.name;
+    let serde_path = format!("{}", quote!(#tk::serde)).replace(' ', "");
+    let schemars_path = format!("{}", quote!(#tk::schemars)).replace(' ', "");
+
+    let fields = tool.model_params().map(|p| {
+        let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
+        quote!(#(#docs)* #(#forwarded)* #ident: #ty)
+    });
+    let args_struct = quote! {
+        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
+        #[serde(crate = #serde_path, deny_unknown_fields)]
+        #[schemars(crate = #schemars_path)]
+        #[allow(non_camel_case_types)]
+        struct __Args { #(#fields,)* }
+    };
+
+    let output = tool.output.as_ref().expect("checked: a tool returns Result");
+    let output_check = quote_spanned! {output.span()=>
+        fn __assert_result<R: #tk::IntoToolResult>() {}
+        let _ = __assert_result::<#output>;
+    };
+    let state_needs = tool.params.iter().filter_map(|p| match &p.kind {
+        ParamKind::State(inner) => Some(quote!(.needs(#tk::StateNeed::of::<#inner>()))),
+        _ => None,
+    });
+    let description = &tool.description;
+    let story = story_tokens(&tk, tool.story);
+    let destructive = tool.keyed.as_ref().is_none_or(|k| k.destructive);
+    let duration = |d: Option<std::time::Duration>| match d {
+        Some(d) => {
+            let ms = d.as_millis() as u64;
+            quote!(#tk::core::option::Option::Some(#tk::core::time::Duration::from_millis(#ms)))
+        }
+        None => quote!(#tk::core::option::Option::None),
+    };
+    let timeout = duration(tool.timeout);
+    let wait = duration(tool.keyed.as_ref().and_then(|k| k.wait_in_progress));
+    let lease = tool.lease.as_ref().map(|l| {
+        let ms = l.value.as_millis() as u64;
+        quote!(__settings.lease = #tk::core::time::Duration::from_millis(#ms);)
+    });
+    let retain = tool.retain.as_ref().map(|r| {
+        let ms = r.value.as_millis() as u64;
+        quote!(__settings.retain = #tk::core::time::Duration::from_millis(#ms);)
+    });
+    let status_tool = tool
+        .keyed
+        .as_ref()
+        .and_then(|k| k.status.as_ref())
+        .map(|(status, _)| quote!(.with_status_tool(#status)));
+
+    let states: Vec<(Ident, &syn::Type)> = tool
+        .params
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.kind {
+            ParamKind::State(inner) => Some((format_ident!("__state{}", i), inner)),
+            _ => None,
+        })
+        .collect();
+    let take_states = states.iter().map(|(var, ty)| quote!(let #var = __inv.state::<#ty>()?;));
+    let call_args: Vec<TokenStream> = tool
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match &p.kind {
+            ParamKind::State(_) => {
+                let var = format_ident!("__state{}", i);
+                quote!(#var)
+            }
+            ParamKind::Context => quote!(&__ctx),
+            ParamKind::Model => {
+                let ident = &p.ident;
+                quote!(__a.#ident)
+            }
+        })
+        .collect();
+    let take_states_again = take_states.clone();
+    let call_args_again = call_args.clone();
+
+    let body = quote! {
+        #tk::body(move |__inv: #tk::Invocation| async move {
+            #(#take_states)*
+            let __ctx = __inv.into_context();
+            #tk::IntoToolResult::into_tool_result(#fn_ident(#(#call_args),*).await)
+        })
+    };
+
+    let (key_items, prepare, companion) = match &tool.keyed {
+        None => (
+            quote!(),
+            quote! {
+                let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
+                let _ = __ctx;
+                ::core::result::Result::Ok(#tk::Call::unkeyed(#body))
+            },
+            quote!(),
+        ),
+        Some(keyed) => {
+            let key_fn = key_fn(tool, &tk);
+            let key_args: Vec<TokenStream> = keyed
+                .template
+                .params()
+                .map(|name| {
+                    let ident = Ident::new(name, Span::call_site());
+                    quote!(&__a.#ident)
+                })
+                .collect();
+            let fp_fields: Vec<&Param> = tool.model_params().filter(|p| p.ignore.is_none()).collect();
+            let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
+            let fp_types = fp_fields.iter().map(|p| &p.ty);
+            let fp_struct = quote! {
+                #[derive(#tk::serde::Serialize)]
+                #[serde(crate = #serde_path)]
+                struct __Fingerprint<'__a> { #(#fp_idents: &'__a #fp_types,)* }
+            };
+            let (keep_raw, with_recover) = match &keyed.recover {
+                Some(recover) => (
+                    quote!(let __raw = __args.clone();),
+                    quote! {
+                        .with_recover(#tk::recover(move |__inv: #tk::Invocation| async move {
+                            let __a: __Args = #tk::parse_args(#name, __raw, #tk::schema_for::<__Args>)?;
+                            #(#take_states_again)*
+                            let __ctx = __inv.into_context();
+                            #tk::IntoRecovered::into_recovered(#recover(#(#call_args_again),*).await)
+                        }))
+                    },
+                ),
+                None => (quote!(), quote!()),
+            };
+            let prepare = quote! {
+                #keep_raw
+                let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
+                let __key = __key(__ctx, #(#key_args),*)?;
+                let __fp = #tk::fingerprint(&__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* })?;
+                ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
+            };
+            let companion = keyed.status.as_ref().map(|(status, _)| {
+                let key_params: Vec<&Param> =
+                    keyed.template.params().filter_map(|n| tool.param(n)).collect();
+                let fields = key_params.iter().map(|p| {
+                    let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
+                    quote!(#(#docs)* #(#forwarded)* #ident: #ty)
+                });
+                let args = key_params.iter().map(|p| {
+                    let ident = &p.ident;
+                    quote!(&__s.#ident)
+                });
+                let status_description = format!(
+                    "Read-only. Tells whether `{name}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it when a `{name}` call timed out or its outcome is unclear, before calling `{name}` again."
+                );
+                quote! {
+                    fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
+                        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
+                        #[serde(crate = #serde_path, deny_unknown_fields)]
+                        #[schemars(crate = #schemars_path)]
+                        struct __StatusArgs { #(#fields,)* }
+                        let __definition = #tk::ToolDefinition::new(
+                            #status,
+                            #status_description,
+                            #tk::schema_for::<__StatusArgs>(),
+                            #tk::Story::ReadOnly,
+                        )
+                        .with_annotations(#tk::Annotations::for_story(#tk::Story::ReadOnly, false));
+                        ::core::option::Option::Some(#tk::StatusCompanion::new(
+                            __definition,
+                            #tk::std::boxed::Box::new(|__args, __ctx| {
+                                let __s: __StatusArgs = #tk::parse_args(#status, __args, #tk::schema_for::<__StatusArgs>)?;
+                                __key(__ctx, #(#args),*)
+                            }),
+                        ))
+                    }
+                }
+            });
+            (quote!(#key_fn #fp_struct), prepare, quote!(#companion))
+        }
+    };
+
+    let doc = format!("The `{name}` tool, generated by `#[tool]` from `{fn_ident}`: add it to a toolbox with `.tool({ident})`.");
+    quote! {
+        #func
+
+        #[doc = #doc]
+        #[derive(Debug, Clone, Copy, Default)]
+        #vis struct #ident;
+
+        const _: () = {
+            #args_struct
+            #key_items
+
+            #[automatically_derived]
+            impl #tk::Tool for #ident {
+                fn definition(&self) -> #tk::ToolDefinition {
+                    #output_check
+                    #[allow(unused_mut)]
+                    let mut __settings = #tk::Settings::default();
+                    __settings.timeout = #timeout;
+                    __settings.wait_in_progress = #wait;
+                    #lease
+                    #retain
+                    #tk::ToolDefinition::new(#name, #description, #tk::schema_for::<__Args>(), #story)
+                        .with_output_schema(#tk::output_schema::<#output>())
+                        .with_annotations(#tk::Annotations::for_story(#story, #destructive))
+                        .with_settings(__settings)
+                        #status_tool
+                        #(#state_needs)*
+                }
+
+                fn prepare(
+                    &self,
+                    __args: #tk::serde_json::Value,
+                    __ctx: &#tk::ToolContext,
+                ) -> ::core::result::Result<#tk::Call, #tk::ToolError> {
+                    #prepare
+                }
+
+                #companion
+            }
+        };
+    }
+}
+
+fn story_tokens(tk: &TokenStream, story: StoryKind) -> TokenStream {
+    match story {
+        StoryKind::ReadOnly => quote!(#tk::Story::ReadOnly),
+        StoryKind::Idempotent => quote!(#tk::Story::Idempotent),
+        StoryKind::Natural => quote!(#tk::Story::Natural),
+        StoryKind::Unkeyed => quote!(#tk::Story::Unkeyed),
+    }
+}
+
+/// `fn __key(ctx, &customer, &period) -> Result<IdempotencyKey, ToolError>`, with a `KeyPart`
+/// assertion spanned at each key field's type so a wrong type is reported on the user's code.
+fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
+    let keyed = tool.keyed.as_ref().expect("keyed");
+    let template = &keyed.template;
+    let prefix = template.prefix();
+    let specials = template.specials();
+    let hash = keyed.hash;
+    let params: Vec<&Param> = template.params().filter_map(|n| tool.param(n)).collect();
+    let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
+    let types: Vec<&syn::Type> = params.iter().map(|p| &p.ty).collect();
+    let asserts = types.iter().map(|ty| quote_spanned!(ty.span()=> #tk::assert_key_part::<#ty>();));
+    let steps = template.pieces.iter().skip(1).map(|piece| match piece {
+        Piece::Literal(text) => quote!(__k.literal(#text);),
+        Piece::Param(name) => {
+            let param = tool.param(name).expect("checked");
+            let ident = &param.ident;
+            let exact = param.exact.is_some();
+            quote!(__k.part(#ident, #exact);)
+        }
+        Piece::Ctx(field) => {
+            let getter = format_ident!("ctx_{}", field);
+            quote!(__k.part(&#tk::#getter(__ctx)?, false);)
+        }
+    });
+    // A template that starts with a placeholder was rejected by `check`.
+    quote! {
+        #[allow(clippy::ptr_arg)]
+        fn __key(
+            __ctx: &#tk::ToolContext,
+            #(#idents: &#types),*
+        ) -> ::core::result::Result<#tk::IdempotencyKey, #tk::ToolError> {
+            #(#asserts)*
+            let mut __k = #tk::KeyBuilder::new(#prefix, #specials, #hash);
+            #(#steps)*
+            ::core::result::Result::Ok(__k.finish())
+        }
+    }
+}

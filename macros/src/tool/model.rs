@@ -1,0 +1,266 @@
+//! The validated tool: the fn, its parameters, its story and key template.
+
+use std::time::Duration;
+
+use proc_macro2::{Ident, Span};
+use syn::{Attribute, FnArg, ItemFn, LitStr, Pat, Path, Type};
+
+use super::attr::{Attr, Spanned, StoryKind};
+use super::ctxt::Ctxt;
+use super::key::{self, Template};
+
+pub struct Tool {
+    /// The fn as the user wrote it, parameter attributes removed.
+    pub func: ItemFn,
+    pub name: String,
+    pub name_span: Span,
+    pub description: String,
+    pub story: StoryKind,
+    pub keyed: Option<Keyed>,
+    pub timeout: Option<Duration>,
+    pub lease: Option<Spanned<Duration>>,
+    pub retain: Option<Spanned<Duration>>,
+    pub krate: Path,
+    pub params: Vec<Param>,
+    pub output: Option<Type>,
+    pub struct_ident: Ident,
+}
+
+pub struct Keyed {
+    pub template: Template,
+    pub status: Option<(String, Span)>,
+    pub hash: bool,
+    pub recover: Option<Path>,
+    pub wait_in_progress: Option<Duration>,
+    pub destructive: bool,
+}
+
+pub enum ParamKind {
+    /// `State<T>`: injected from the toolbox; holds `T`.
+    State(Type),
+    /// `&ToolContext`: injected.
+    Context,
+    /// Filled by the model.
+    Model,
+}
+
+pub struct Param {
+    pub ident: Ident,
+    pub ty: Type,
+    pub kind: ParamKind,
+    pub docs: Vec<Attribute>,
+    /// `#[serde(..)]` and `#[schemars(..)]`, forwarded to the schema field.
+    pub forwarded: Vec<Attribute>,
+    /// `#[arg(ignore)]`, with the span of `ignore`.
+    pub ignore: Option<Span>,
+    /// `#[arg(key = "exact")]`, with the span of the literal.
+    pub exact: Option<Span>,
+}
+
+impl Tool {
+    pub fn from_fn(cx: &Ctxt, attr: Attr, mut func: ItemFn) -> Tool {
+        let params = parse_params(cx, &mut func);
+        let keyed = attr.keyed.map(|k| Keyed {
+            template: match &k.key {
+                Some(lit) => key::parse(cx, lit),
+                None => key::parse(cx, &LitStr::new("", k.span)),
+            },
+            status: match k.status {
+                Some(Spanned { value: None, .. }) => None,
+                Some(Spanned { value: Some(name), span }) => Some((name, span)),
+                None => Some((format!("{}_status", tool_name(&func, &attr.name)), k.span)),
+            },
+            hash: k.hash,
+            recover: k.recover,
+            wait_in_progress: k.wait_in_progress,
+            destructive: k.destructive,
+        });
+        let story = match &attr.story {
+            Some(story) => story.value,
+            None => {
+                cx.error_at(
+                    Span::call_site(),
+                    "`#[tool]` needs an idempotency story; expected one of: `read_only`, `idempotent(key = \"...\")`, `natural`, `unkeyed`",
+                );
+                StoryKind::ReadOnly
+            }
+        };
+        let description = match &attr.description {
+            Some(lit) => lit.value(),
+            None => doc_text(&func.attrs),
+        };
+        let output = match &func.sig.output {
+            syn::ReturnType::Type(_, ty) => Some((**ty).clone()),
+            syn::ReturnType::Default => None,
+        };
+        let name = tool_name(&func, &attr.name);
+        let name_span = attr.name.as_ref().map(|l| l.span()).unwrap_or_else(|| func.sig.ident.span());
+        let struct_ident = Ident::new(&camel_case(&func.sig.ident.to_string()), func.sig.ident.span());
+        Tool {
+            func,
+            name,
+            name_span,
+            description,
+            story,
+            keyed,
+            timeout: attr.timeout.map(|t| t.value),
+            lease: attr.lease,
+            retain: attr.retain,
+            krate: attr.krate.unwrap_or_else(|| syn::parse_quote!(::toolkey)),
+            params,
+            output,
+            struct_ident,
+        }
+    }
+
+    pub fn model_params(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter().filter(|p| matches!(p.kind, ParamKind::Model))
+    }
+
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.ident == name)
+    }
+}
+
+fn tool_name(func: &ItemFn, name: &Option<LitStr>) -> String {
+    match name {
+        Some(lit) => lit.value(),
+        None => {
+            let ident = func.sig.ident.to_string();
+            ident.strip_prefix("r#").unwrap_or(&ident).to_string()
+        }
+    }
+}
+
+/// Takes the parameters apart, removing the attributes only the macro understands.
+fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
+    let mut params = Vec::new();
+    for arg in func.sig.inputs.iter_mut() {
+        let pat_type = match arg {
+            FnArg::Receiver(receiver) => {
+                cx.error_spanned_by(
+                    &receiver.self_token,
+                    "a `#[tool]` fn cannot take `self`: tools are free functions; pass shared things as `State<T>`",
+                );
+                continue;
+            }
+            FnArg::Typed(pat_type) => pat_type,
+        };
+        let mut docs = Vec::new();
+        let mut forwarded = Vec::new();
+        let mut ignore = None;
+        let mut exact = None;
+        let mut kept = Vec::new();
+        for attr in pat_type.attrs.drain(..) {
+            if attr.path().is_ident("doc") {
+                docs.push(attr);
+            } else if attr.path().is_ident("serde") || attr.path().is_ident("schemars") {
+                forwarded.push(attr);
+            } else if attr.path().is_ident("arg") {
+                let parsed = attr.parse_nested_meta(|meta| {
+                    if meta.path.is_ident("ignore") {
+                        ignore = Some(meta.path.segments[0].ident.span());
+                        Ok(())
+                    } else if meta.path.is_ident("key") {
+                        let lit: LitStr = meta.value()?.parse()?;
+                        if lit.value() == "exact" {
+                            exact = Some(lit.span());
+                        } else {
+                            cx.error_spanned_by(&lit, format!("invalid `key = \"{}\"`; the only choice is `key = \"exact\"` (keep case; trimming and NFC still apply)", lit.value()));
+                        }
+                        Ok(())
+                    } else {
+                        Err(meta.error("unknown `arg` key; expected `ignore` or `key = \"exact\"`"))
+                    }
+                });
+                if let Err(err) = parsed {
+                    cx.syn_error(err);
+                }
+            } else {
+                kept.push(attr);
+            }
+        }
+        pat_type.attrs = kept;
+        let ident = match &*pat_type.pat {
+            Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => pat.ident.clone(),
+            other => {
+                cx.error_spanned_by(other, "tool parameters are plain names, as in `customer: String`: the name is the schema's field");
+                continue;
+            }
+        };
+        let ty = (*pat_type.ty).clone();
+        let kind = classify(&ty);
+        if !matches!(kind, ParamKind::Model) {
+            if let Some(span) = ignore.or(exact) {
+                cx.error_at(span, format!("`{ident}` is injected by the toolbox, not filled by the model: `#[arg(..)]` applies to model-visible parameters only"));
+            }
+        }
+        params.push(Param { ident, ty, kind, docs, forwarded, ignore, exact });
+    }
+    params
+}
+
+fn classify(ty: &Type) -> ParamKind {
+    match ty {
+        Type::Reference(r) if last_segment(&r.elem).is_some_and(|s| s.ident == "ToolContext") => ParamKind::Context,
+        _ => match last_segment(ty) {
+            Some(seg) if seg.ident == "State" => match &seg.arguments {
+                syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => match &args.args[0] {
+                    syn::GenericArgument::Type(inner) => ParamKind::State(inner.clone()),
+                    _ => ParamKind::Model,
+                },
+                _ => ParamKind::Model,
+            },
+            _ => ParamKind::Model,
+        },
+    }
+}
+
+pub fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
+        Type::Group(g) => last_segment(&g.elem),
+        Type::Paren(p) => last_segment(&p.elem),
+        _ => None,
+    }
+}
+
+/// The doc comment's text, with the common indentation removed.
+pub fn doc_text(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .flat_map(|s| s.split('\n').map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let text: Vec<&str> = lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim() }).collect();
+    text.join("\n").trim().to_string()
+}
+
+fn camel_case(snake: &str) -> String {
+    let snake = snake.strip_prefix("r#").unwrap_or(snake);
+    let mut out = String::new();
+    for part in snake.split('_').filter(|p| !p.is_empty()) {
+        let mut chars = part.chars();
+        if let Some(first) = chars.next() {
+            out.extend(first.to_uppercase());
+            out.push_str(chars.as_str());
+        }
+    }
+    if out.is_empty() {
+        out.push_str("Tool");
+    }
+    out
+}

@@ -1,0 +1,219 @@
+//! What a tool body receives besides its arguments: the run context and shared state.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::exec::OnceScope;
+use crate::{ErrorCode, IdempotencyKey, ToolError};
+
+/// Who is calling and where in its run: set by the agent runtime, never by the model.
+///
+/// Key templates may name its fields (`<ctx.run_id>`, `<ctx.step>`, `<ctx.tenant>`,
+/// `<ctx.event_id>`), and records are kept per tenant: one tenant can neither replay nor read
+/// another's.
+///
+/// ```
+/// use toolkey_runtime::ToolContext;
+///
+/// let ctx = ToolContext::new("run-7").step(4).tenant("acme-corp");
+/// assert_eq!(ctx.run_id(), "run-7");
+/// assert_eq!(ctx.step_number(), 4);
+/// assert_eq!(ctx.tenant_id(), Some("acme-corp"));
+/// ```
+#[derive(Clone)]
+pub struct ToolContext {
+    run_id: Arc<str>,
+    step: u64,
+    tenant: Option<Arc<str>>,
+    event_id: Option<Arc<str>>,
+    key: Option<IdempotencyKey>,
+    once: Option<Arc<OnceScope>>,
+}
+
+impl ToolContext {
+    /// The context of one agent run.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        ToolContext {
+            run_id: Arc::from(run_id.into()),
+            step: 0,
+            tenant: None,
+            event_id: None,
+            key: None,
+            once: None,
+        }
+    }
+
+    /// The step of the run this call belongs to.
+    pub fn step(mut self, step: u64) -> Self {
+        self.step = step;
+        self
+    }
+
+    /// The tenant the call acts for; records are kept per tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(Arc::from(tenant.into()));
+        self
+    }
+
+    /// The id of the event (webhook, message) that caused this call, for keys that use
+    /// `<ctx.event_id>`.
+    pub fn event(mut self, event_id: impl Into<String>) -> Self {
+        self.event_id = Some(Arc::from(event_id.into()));
+        self
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The step number.
+    pub fn step_number(&self) -> u64 {
+        self.step
+    }
+
+    /// The tenant, if set.
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The event id, if set.
+    pub fn event_id(&self) -> Option<&str> {
+        self.event_id.as_deref()
+    }
+
+    /// The tenant under which records are kept (`""` when none is set).
+    pub(crate) fn scope(&self) -> &str {
+        self.tenant.as_deref().unwrap_or("")
+    }
+
+    /// The idempotency key of the running call, inside a keyed tool's body.
+    ///
+    /// Forward it to a provider that takes idempotency keys (Stripe's `Idempotency-Key`), so
+    /// the provider enforces the same action too.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    pub(crate) fn with_call(mut self, key: IdempotencyKey, once: Arc<OnceScope>) -> Self {
+        self.key = Some(key);
+        self.once = Some(once);
+        self
+    }
+
+    /// Runs one step of a multi-step tool at most once.
+    ///
+    /// The step is keyed with its name and the parent call's values (`invoice-email` inside
+    /// `invoice:acme:2026-10` is `invoice-email:acme:2026-10`): a retry of the parent after a
+    /// crash skips the steps that finished — returning their recorded results — and runs the
+    /// missing ones. Only inside a keyed (`idempotent`) tool's body.
+    ///
+    /// ```ignore
+    /// let invoice = ctx.once("invoice-create", async { billing.create(&customer).await }).await?;
+    /// ctx.once("invoice-email", async { mailer.send(&invoice).await }).await?;
+    /// ```
+    pub async fn once<T, E, F>(&self, step: &str, work: F) -> Result<T, ToolError>
+    where
+        F: Future<Output = Result<T, E>> + Send,
+        T: Serialize + DeserializeOwned,
+        E: Into<ToolError>,
+    {
+        let (Some(key), Some(scope)) = (&self.key, &self.once) else {
+            return Err(ToolError::new(
+                ErrorCode::Internal,
+                format!("ctx.once(\"{step}\") needs a keyed tool: only an `idempotent` tool's steps have a key"),
+            ));
+        };
+        if step.is_empty()
+            || !step
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(ToolError::new(
+                ErrorCode::Internal,
+                format!("step name {step:?} must be non-empty ASCII letters, digits, `-`, `_` or `.`"),
+            ));
+        }
+        scope.run_step(self.scope(), key.for_step(step), work).await
+    }
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("run_id", &self.run_id)
+            .field("step", &self.step)
+            .field("tenant", &self.tenant)
+            .field("event_id", &self.event_id)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// Shared state put into the toolbox with `Toolbox::builder().state(value)`, injected into
+/// every tool parameter typed `State<T>`. Never part of a schema.
+///
+/// ```
+/// use toolkey_runtime::State;
+///
+/// struct Billing { currency: &'static str }
+/// fn uses(billing: State<Billing>) -> &'static str { billing.currency }
+/// # let _ = uses;
+/// ```
+pub struct State<T: ?Sized>(pub Arc<T>);
+
+impl<T: ?Sized> Clone for State<T> {
+    fn clone(&self) -> Self {
+        State(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> Deref for State<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for State<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("State").field(&&*self.0).finish()
+    }
+}
+
+/// The state values of one toolbox, by type.
+#[derive(Default, Clone)]
+pub struct StateMap {
+    values: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl StateMap {
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
+        self.values.insert(TypeId::of::<T>(), value);
+    }
+
+    pub(crate) fn contains(&self, type_id: TypeId) -> bool {
+        self.values.contains_key(&type_id)
+    }
+
+    /// The state of type `T`; an error naming the type when the toolbox was built without it.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Result<State<T>, ToolError> {
+        self.values
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.clone().downcast::<T>().ok())
+            .map(State)
+            .ok_or_else(|| {
+                ToolError::internal(format!(
+                    "no state of type `{}` in the toolbox: add it with Toolbox::builder().state(..)",
+                    std::any::type_name::<T>()
+                ))
+            })
+    }
+}

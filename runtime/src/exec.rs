@@ -1,0 +1,347 @@
+//! The keyed path: reserve → run the body (renewing its lease) → complete or release.
+//!
+//! Everything here runs inside a task of its own, spawned by `Toolbox::call`: a caller that stops
+//! waiting (its timeout, or its future dropped) never cancels the work and never releases a key
+//! whose work still runs.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::tool::{Call, Invocation};
+use crate::toolbox::{Inner, Registered, ToolOutput};
+use crate::{ErrorCode, Fingerprint, IdempotencyKey, ToolContext, ToolError};
+
+/// The store handle a keyed call gives its context, for `ctx.once` steps.
+pub(crate) struct OnceScope {
+    store: Arc<dyn Store>,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    retain: Duration,
+}
+
+impl OnceScope {
+    pub(crate) async fn run_step<T, E, F>(&self, tenant: &str, key: IdempotencyKey, work: F) -> Result<T, ToolError>
+    where
+        F: Future<Output = Result<T, E>> + Send,
+        T: Serialize + DeserializeOwned,
+        E: Into<ToolError>,
+    {
+        let rkey = RecordKey::new(tenant, key.as_str());
+        let reservation = self
+            .store
+            .reserve(&rkey, &self.fingerprint, self.lease)
+            .await
+            .map_err(store_error)?;
+        let value = match reservation {
+            Reservation::Reserved(token) => {
+                let work = async {
+                    let value = work.await.map_err(Into::into)?;
+                    serde_json::to_value(&value).map_err(|e| {
+                        ToolError::internal(format!("step `{key}` returned a value that cannot be recorded: {e}"))
+                    })
+                };
+                let ran = drive(&*self.store, &rkey, &token, self.lease, work).await;
+                settle(&*self.store, &rkey, &token, self.retain, ran, None).await?
+            }
+            Reservation::Existing(record) => match record {
+                Record::Completed { outcome: Outcome::Ok(value), .. } => value,
+                Record::Completed { outcome: Outcome::Err(err), .. } => return Err(err),
+                Record::InProgress { .. } => {
+                    return Err(ToolError::new(ErrorCode::InProgress, format!("step `{key}` is running in another call")))
+                }
+                Record::Stale { .. } => {
+                    return Err(ToolError::outcome_unknown(format!(
+                        "step `{key}` started earlier and never recorded its outcome"
+                    )))
+                }
+            },
+        };
+        serde_json::from_value(value)
+            .map_err(|e| ToolError::internal(format!("the recorded result of step `{key}` no longer fits its type: {e}")))
+    }
+}
+
+/// Runs a keyed call to its end, inside its own task.
+pub(crate) async fn run_keyed(
+    inner: Arc<Inner>,
+    tool: Arc<Registered>,
+    call: Call,
+    ctx: ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let def = &tool.definition;
+    let settings = &def.settings;
+    let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
+        return Err(ToolError::internal(format!("`{}` is idempotent but prepared no key", def.name)));
+    };
+    let store = inner.store.clone();
+    let rkey = RecordKey::new(ctx.scope(), key.as_str());
+    let log_key = key.log_hash();
+    let deadline = settings.wait_in_progress.map(|d| tokio::time::Instant::now() + d);
+    let scope = Arc::new(OnceScope {
+        store: store.clone(),
+        fingerprint,
+        lease: settings.lease,
+        retain: settings.retain,
+    });
+    let mut body = Some(call.body);
+    let mut recover_hook = call.recover;
+    let invocation = || Invocation {
+        ctx: ctx.clone().with_call(key.clone(), scope.clone()),
+        state: inner.state.clone(),
+    };
+
+    loop {
+        let reservation = store
+            .reserve(&rkey, &fingerprint, settings.lease)
+            .await
+            .map_err(|e| {
+                tracing::warn!(tool = %def.name, key = %log_key, error = %e, "store refused the reservation; the tool did not run");
+                store_error(e)
+            })?;
+        let record = match reservation {
+            Reservation::Reserved(token) => {
+                tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
+                inner.stats.executed.inc();
+                let body = body.take().expect("the body runs once: every path that runs it returns");
+                let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
+                let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
+                return Ok(ToolOutput { value, replayed: false });
+            }
+            Reservation::Existing(record) => record,
+        };
+        if record.fingerprint() != &fingerprint {
+            inner.stats.conflicts.inc();
+            tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
+            return Err(conflict(def, &record));
+        }
+        match record {
+            Record::Completed { outcome, .. } => {
+                inner.stats.replayed.inc();
+                tracing::debug!(tool = %def.name, key = %log_key, "replayed");
+                return match outcome {
+                    Outcome::Ok(value) => Ok(ToolOutput { value, replayed: true }),
+                    Outcome::Err(err) => Err(err),
+                };
+            }
+            Record::InProgress { since, .. } => {
+                if let Some(deadline) = deadline {
+                    if tokio::time::Instant::now() < deadline {
+                        tokio::time::sleep(poll_interval(settings.wait_in_progress)).await;
+                        continue;
+                    }
+                }
+                inner.stats.in_progress.inc();
+                tracing::debug!(tool = %def.name, key = %log_key, "in progress");
+                return Err(in_progress(def, since));
+            }
+            Record::Stale { token, since, reported, .. } => {
+                let Some(recover) = recover_hook.take() else {
+                    inner.stats.unknown.inc();
+                    tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
+                    return Err(outcome_unknown(def, since, reported));
+                };
+                let Some(token) = store
+                    .take_over(&rkey, &token, settings.lease)
+                    .await
+                    .map_err(store_error)?
+                else {
+                    // Another caller took it over first; ask again what the record says now.
+                    recover_hook = Some(recover);
+                    continue;
+                };
+                tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
+                inner.stats.recovered.inc();
+                let looked = drive(&*store, &rkey, &token, settings.lease, recover(invocation())).await;
+                return match looked {
+                    Ok(Ok(Some(found))) => {
+                        record_outcome(&*store, &rkey, &token, &Outcome::Ok(found.clone()), settings.retain).await;
+                        Ok(ToolOutput { value: found, replayed: true })
+                    }
+                    Ok(Ok(None)) => {
+                        inner.stats.executed.inc();
+                        let body = body.take().expect("the body runs once: every path that runs it returns");
+                        let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
+                        let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
+                        Ok(ToolOutput { value, replayed: false })
+                    }
+                    Ok(Err(err)) => {
+                        // The lookup failed: the outcome is as unknown as before. Never release
+                        // here, or the next call would act without looking.
+                        let _ = store.mark_unknown(&rkey, &token).await;
+                        Err(err)
+                    }
+                    Err(panic) => {
+                        let _ = store.mark_unknown(&rkey, &token).await;
+                        Err(panicked(&def.name, "recover hook", panic))
+                    }
+                };
+            }
+        }
+    }
+}
+
+type Panic = Box<dyn std::any::Any + Send>;
+
+/// Runs `work` while renewing the reservation's lease, catching a panic.
+async fn drive<T, F>(store: &dyn Store, rkey: &RecordKey, token: &Token, lease: Duration, work: F) -> Result<T, Panic>
+where
+    F: Future<Output = T> + Send,
+{
+    let work = AssertUnwindSafe(work).catch_unwind();
+    tokio::pin!(work);
+    let period = (lease / 3).max(Duration::from_millis(10));
+    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut work => return done,
+            _ = renewal.tick() => match store.renew(rkey, token, lease).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(key = %rkey.key, "lease lost while the body runs: another worker took the key over"),
+                Err(e) => tracing::warn!(error = %e, "could not renew the lease; will try again"),
+            },
+        }
+    }
+}
+
+/// Records what the body ended in, as the state machine says, and hands it back.
+async fn settle(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    retain: Duration,
+    ran: Result<Result<Value, ToolError>, Panic>,
+    inner: Option<&Inner>,
+) -> Result<Value, ToolError> {
+    match ran {
+        Ok(Ok(value)) => {
+            record_outcome(store, rkey, token, &Outcome::Ok(value.clone()), retain).await;
+            Ok(value)
+        }
+        Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
+            if let Some(inner) = inner {
+                inner.stats.unknown.inc();
+            }
+            if let Err(e) = store.mark_unknown(rkey, token).await {
+                tracing::error!(error = %e, "could not mark the outcome unknown; the lease will lapse instead");
+            }
+            Err(err)
+        }
+        Ok(Err(err)) if err.is_retryable() => {
+            if let Some(inner) = inner {
+                inner.stats.released.inc();
+            }
+            if let Err(e) = store.release(rkey, token).await {
+                tracing::error!(error = %e, "could not release the key after a retryable error; it stays reserved until its lease lapses");
+            }
+            Err(err)
+        }
+        Ok(Err(err)) => {
+            record_outcome(store, rkey, token, &Outcome::Err(err.clone()), retain).await;
+            Err(err)
+        }
+        Err(panic) => {
+            if let Err(e) = store.mark_unknown(rkey, token).await {
+                tracing::error!(error = %e, "could not mark the outcome unknown after a panic");
+            }
+            Err(panicked(&rkey.key, "body", panic))
+        }
+    }
+}
+
+async fn record_outcome(store: &dyn Store, rkey: &RecordKey, token: &Token, outcome: &Outcome, retain: Duration) {
+    match store.complete(rkey, token, outcome, retain).await {
+        Ok(true) => {}
+        Ok(false) => tracing::error!(
+            "the outcome was not recorded: the reservation was taken over after its lease lapsed"
+        ),
+        Err(e) => tracing::error!(error = %e, "the outcome was not recorded; the key stays reserved until its lease lapses"),
+    }
+}
+
+fn poll_interval(wait: Option<Duration>) -> Duration {
+    let wait = wait.unwrap_or_default();
+    (wait / 20).clamp(Duration::from_millis(5), Duration::from_millis(100))
+}
+
+pub(crate) fn store_error(err: StoreError) -> ToolError {
+    match err {
+        StoreError::Corrupt { .. } => ToolError::new(ErrorCode::StoreCorrupt, format!("{err}; the tool did not run"))
+            .suggestion("do not repeat the action; a person must look at the stored record"),
+        _ => ToolError::new(ErrorCode::StoreUnavailable, format!("{err}; the tool did not run"))
+            .retryable(true)
+            .suggestion("retry shortly: nothing was done"),
+    }
+}
+
+fn status_hint(def: &crate::ToolDefinition) -> String {
+    match def.status_tool() {
+        Some(status) => format!("call `{status}` with the same arguments to follow it"),
+        None => "wait, then call again with the same arguments".to_string(),
+    }
+}
+
+fn ago(since: SystemTime) -> String {
+    match SystemTime::now().duration_since(since) {
+        Ok(d) => format!("{:.1} s ago", d.as_secs_f64()),
+        Err(_) => "just now".to_string(),
+    }
+}
+
+fn in_progress(def: &crate::ToolDefinition, since: SystemTime) -> ToolError {
+    ToolError::new(
+        ErrorCode::InProgress,
+        format!("`{}` with these arguments is already running (started {})", def.name, ago(since)),
+    )
+    .suggestion(format!("{}; do not start it again", status_hint(def)))
+}
+
+fn conflict(def: &crate::ToolDefinition, record: &Record) -> ToolError {
+    let when = match record {
+        Record::Completed { .. } => "already ran",
+        _ => "is running",
+    };
+    ToolError::new(
+        ErrorCode::Conflict,
+        format!(
+            "a `{}` call for the same key {when} with different arguments; this call would be a second, different action under the same key",
+            def.name
+        ),
+    )
+    .suggestion("ask the user before changing or adding to what was done")
+}
+
+fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: bool) -> ToolError {
+    let why = if reported {
+        "could not tell whether it acted"
+    } else {
+        "stopped without recording its outcome (a crash or a lost worker)"
+    };
+    let check = match def.status_tool() {
+        Some(status) => format!("call `{status}`, or ask a person to check the outside system"),
+        None => "ask a person to check the outside system".to_string(),
+    };
+    ToolError::new(
+        ErrorCode::OutcomeUnknown,
+        format!("an earlier `{}` call for this key (started {}) {why}", def.name, ago(since)),
+    )
+    .suggestion(format!("do not repeat the action; {check}"))
+}
+
+pub(crate) fn panicked(what: &str, part: &str, panic: Panic) -> ToolError {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    ToolError::outcome_unknown(format!("the {part} of `{what}` panicked: {text}"))
+}

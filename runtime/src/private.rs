@@ -1,0 +1,194 @@
+//! What generated code calls. Not public API: names and signatures change without notice.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use crate::key::KeyBuilder;
+pub use crate::tool::{
+    Annotations, Body, BoxFuture, Call, Invocation, Recover, Settings, StateNeed, StatusCompanion,
+    Story, ToolDefinition,
+};
+pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
+pub use ::core;
+pub use ::schemars;
+pub use ::serde;
+pub use ::serde_json;
+pub use ::std;
+
+use crate::ErrorCode;
+
+/// A `#[tool]` fn's return type: `Result<T, E>` with a serializable `T` and `E: Into<ToolError>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tool result",
+    label = "a `#[tool]` fn must return `Result<T, E>`",
+    note = "`T` must implement `serde::Serialize` and `schemars::JsonSchema`, and `E` must convert into `toolkey::ToolError`"
+)]
+pub trait IntoToolResult {
+    /// The success type.
+    type Ok: Serialize + schemars::JsonSchema;
+    /// Into the toolbox's form.
+    fn into_tool_result(self) -> Result<Value, ToolError>;
+}
+
+impl<T, E> IntoToolResult for Result<T, E>
+where
+    T: Serialize + schemars::JsonSchema,
+    E: Into<ToolError>,
+{
+    type Ok = T;
+    fn into_tool_result(self) -> Result<Value, ToolError> {
+        match self {
+            Ok(value) => to_value(&value),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+/// A recover hook's return type: `Result<Option<T>, E>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a recover hook result",
+    label = "a recover hook must return `Result<Option<T>, E>`: `Some` when the effect is found, `None` when it is not",
+    note = "`T` is the tool's own result type, and `E` must convert into `toolkey::ToolError`"
+)]
+pub trait IntoRecovered {
+    /// Into the toolbox's form.
+    fn into_recovered(self) -> Result<Option<Value>, ToolError>;
+}
+
+impl<T: Serialize, E: Into<ToolError>> IntoRecovered for Result<Option<T>, E> {
+    fn into_recovered(self) -> Result<Option<Value>, ToolError> {
+        match self {
+            Ok(Some(value)) => to_value(&value).map(Some),
+            Ok(None) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(value)
+        .map_err(|e| ToolError::internal(format!("the tool's result cannot be serialized: {e}")))
+}
+
+/// The canonical schema of `T`: JSON Schema 2020-12, as schemars derives it.
+pub fn schema_for<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    generator.into_root_schema_for::<T>().to_value()
+}
+
+/// The schema of a result type.
+pub fn output_schema<R: IntoToolResult>() -> Value {
+    schema_for::<R::Ok>()
+}
+
+/// Compiles only for key part types; spanned at the parameter's type by generated code.
+pub fn assert_key_part<T: KeyPart + ?Sized>() {}
+
+/// Parses a call's arguments; on failure, names the field and what it expects.
+pub fn parse_args<A: DeserializeOwned>(
+    tool: &str,
+    args: Value,
+    schema: impl FnOnce() -> Value,
+) -> Result<A, ToolError> {
+    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner().to_string();
+        let field = if path == "." { field_in(&inner) } else { Some(path.clone()) };
+        let message = match path.as_str() {
+            "." => format!("invalid arguments for `{tool}`: {inner}"),
+            _ => format!("invalid arguments for `{tool}`: `{path}`: {inner}"),
+        };
+        let suggestion = match field {
+            Some(field) => match describe(&schema(), &field) {
+                Some(expected) => format!("send `{field}` as {expected}, then call again"),
+                None => format!("fix `{field}` as the tool's schema describes, then call again"),
+            },
+            None => "send a JSON object with the fields the tool's schema lists, then call again".into(),
+        };
+        ToolError::invalid_arguments(message, suggestion)
+    })
+}
+
+/// The field a serde message names, as in "missing field `amount`".
+fn field_in(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+/// What the schema says a top-level field expects: its type and description.
+fn describe(schema: &Value, field: &str) -> Option<String> {
+    let top = field.split(['.', '[']).next()?;
+    let property = schema.get("properties")?.get(top)?;
+    let ty = match property.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" or "),
+        _ => "the schema's type".into(),
+    };
+    Some(match property.get("description").and_then(Value::as_str) {
+        Some(description) => format!("{ty} ({description})"),
+        None => ty,
+    })
+}
+
+/// The fingerprint of the arguments that define the action.
+pub fn fingerprint<T: Serialize>(value: &T) -> Result<Fingerprint, ToolError> {
+    Fingerprint::of(value).map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
+}
+
+/// `ctx.run_id` for key templates.
+pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
+    Ok(ctx.run_id())
+}
+
+/// `ctx.step` for key templates.
+pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
+    Ok(ctx.step_number())
+}
+
+/// `ctx.tenant` for key templates: required when the template names it.
+pub fn ctx_tenant(ctx: &ToolContext) -> Result<&str, ToolError> {
+    ctx.tenant_id().ok_or_else(|| missing("tenant"))
+}
+
+/// `ctx.event_id` for key templates: required when the template names it.
+pub fn ctx_event_id(ctx: &ToolContext) -> Result<&str, ToolError> {
+    ctx.event_id().ok_or_else(|| missing("event_id"))
+}
+
+fn missing(field: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
+    )
+    .suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
+}
+
+/// The serde name of a unit enum variant, for `#[derive(KeyPart)]`.
+pub fn write_serde_name<T: Serialize>(value: &T, out: &mut crate::KeyPartWriter<'_>) {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => out.canonical(&name),
+        Ok(other) => out.canonical(&other.to_string()),
+        Err(e) => out.canonical(&format!("unserializable:{e}")),
+    }
+}
+
+/// Builds a `Body` from an async block.
+pub fn body<F>(f: impl FnOnce(Invocation) -> F + Send + 'static) -> Body
+where
+    F: std::future::Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    Box::new(move |inv| Box::pin(f(inv)))
+}
+
+/// Builds a `Recover` from an async block.
+pub fn recover<F>(f: impl FnOnce(Invocation) -> F + Send + 'static) -> Recover
+where
+    F: std::future::Future<Output = Result<Option<Value>, ToolError>> + Send + 'static,
+{
+    Box::new(move |inv| Box::pin(f(inv)))
+}
+
+pub use crate::IdempotencyKey;

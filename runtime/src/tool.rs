@@ -1,0 +1,318 @@
+//! The `Tool` trait the `#[tool]` attribute implements, and a tool's definition.
+
+use std::any::TypeId;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::context::StateMap;
+use crate::{Fingerprint, IdempotencyKey, State, ToolContext, ToolError};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How a tool behaves when it is called again: every tool states exactly one story.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Story {
+    /// Changes nothing; runs every time.
+    ReadOnly,
+    /// Changes something; a key names the action, and the runtime enforces it.
+    Idempotent,
+    /// Repeating has no extra effect (set X to Y, delete if present); runs every time.
+    Natural,
+    /// Has effects and no key: needs approval, and a timeout is not retryable.
+    Unkeyed,
+}
+
+impl Story {
+    /// The story as written in the attribute.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Story::ReadOnly => "read_only",
+            Story::Idempotent => "idempotent",
+            Story::Natural => "natural",
+            Story::Unkeyed => "unkeyed",
+        }
+    }
+}
+
+/// Hints for clients, as MCP names them, derived from the story.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Annotations {
+    /// The tool changes nothing.
+    pub read_only: bool,
+    /// The tool may destroy or overwrite something.
+    pub destructive: bool,
+    /// Calling again with the same arguments has no further effect.
+    pub idempotent: bool,
+    /// The tool talks to systems outside the agent.
+    pub open_world: bool,
+}
+
+impl Annotations {
+    /// The annotations a story implies; `destructive` matters for `idempotent` tools only.
+    pub const fn for_story(story: Story, destructive: bool) -> Annotations {
+        match story {
+            Story::ReadOnly => Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+            Story::Idempotent => Annotations { read_only: false, destructive, idempotent: true, open_world: true },
+            Story::Natural => Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
+            Story::Unkeyed => Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+        }
+    }
+}
+
+/// How a keyed tool runs: defaults from DESIGN (lease 30 s, retention 7 days, no timeout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// How long the caller waits before TIMEOUT (the body goes on). `None`: until it ends.
+    pub timeout: Option<Duration>,
+    /// How long a reservation holds without renewal; renewed while the body runs.
+    pub lease: Duration,
+    /// How long a completed outcome is replayed.
+    pub retain: Duration,
+    /// With `on_in_progress = "wait(..)"`: how long a duplicate waits for the first call.
+    pub wait_in_progress: Option<Duration>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            timeout: None,
+            lease: Duration::from_secs(30),
+            retain: Duration::from_secs(7 * 24 * 60 * 60),
+            wait_in_progress: None,
+        }
+    }
+}
+
+/// A state type a tool needs from the toolbox.
+#[derive(Debug, Clone, Copy)]
+pub struct StateNeed {
+    pub(crate) type_id: TypeId,
+    pub(crate) type_name: &'static str,
+}
+
+impl StateNeed {
+    /// The need for `State<T>`.
+    pub fn of<T: Send + Sync + 'static>() -> StateNeed {
+        StateNeed {
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// Everything known about a tool before it is called: name, description, schemas, story.
+#[derive(Debug, Clone)]
+pub struct ToolDefinition {
+    pub(crate) name: String,
+    pub(crate) title: Option<String>,
+    pub(crate) description: String,
+    pub(crate) input_schema: Value,
+    pub(crate) output_schema: Option<Value>,
+    pub(crate) story: Story,
+    pub(crate) annotations: Annotations,
+    pub(crate) settings: Settings,
+    pub(crate) status_tool: Option<String>,
+    pub(crate) needs: Vec<StateNeed>,
+}
+
+impl ToolDefinition {
+    /// A definition with the given name, description and input schema, and the story's defaults.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value, story: Story) -> Self {
+        ToolDefinition {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema,
+            output_schema: None,
+            story,
+            annotations: Annotations::for_story(story, true),
+            settings: Settings::default(),
+            status_tool: None,
+            needs: Vec::new(),
+        }
+    }
+
+    /// Sets a human-readable title.
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets the JSON schema of the result.
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Sets the annotations.
+    pub fn with_annotations(mut self, annotations: Annotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// Sets how the tool runs.
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Names the tool's status companion.
+    pub fn with_status_tool(mut self, name: impl Into<String>) -> Self {
+        self.status_tool = Some(name.into());
+        self
+    }
+
+    /// Declares that the tool needs `State<T>` from the toolbox.
+    pub fn needs(mut self, need: StateNeed) -> Self {
+        self.needs.push(need);
+        self
+    }
+
+    /// The tool's name, as the model calls it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The title, if any.
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    /// What the tool does, from the fn's doc comment.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The canonical JSON Schema (2020-12) of the arguments.
+    pub fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    /// The JSON Schema of the result, if known.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
+    }
+
+    /// The tool's story.
+    pub fn story(&self) -> Story {
+        self.story
+    }
+
+    /// The hints for clients.
+    pub fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+
+    /// How the tool runs.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The name of the status companion, for keyed tools that have one.
+    pub fn status_tool(&self) -> Option<&str> {
+        self.status_tool.as_deref()
+    }
+}
+
+/// What one call of a tool does, produced by [`Tool::prepare`] once its arguments are valid.
+pub struct Call {
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) fingerprint: Option<Fingerprint>,
+    pub(crate) body: Body,
+    pub(crate) recover: Option<Recover>,
+}
+
+/// The body of a call: runs the tool's fn.
+pub type Body = Box<dyn FnOnce(Invocation) -> BoxFuture<'static, Result<Value, ToolError>> + Send>;
+/// A recover hook: looks in the outside system for the outcome of an earlier call.
+pub type Recover =
+    Box<dyn FnOnce(Invocation) -> BoxFuture<'static, Result<Option<Value>, ToolError>> + Send>;
+
+impl Call {
+    /// A call without a key (`read_only`, `natural`, `unkeyed` tools).
+    pub fn unkeyed(body: Body) -> Call {
+        Call { key: None, fingerprint: None, body, recover: None }
+    }
+
+    /// A keyed call.
+    pub fn keyed(key: IdempotencyKey, fingerprint: Fingerprint, body: Body) -> Call {
+        Call { key: Some(key), fingerprint: Some(fingerprint), body, recover: None }
+    }
+
+    /// Adds a recover hook.
+    pub fn with_recover(mut self, recover: Recover) -> Call {
+        self.recover = Some(recover);
+        self
+    }
+}
+
+/// What a body or recover hook receives: its context and the toolbox's state.
+pub struct Invocation {
+    pub(crate) ctx: ToolContext,
+    pub(crate) state: Arc<StateMap>,
+}
+
+impl Invocation {
+    /// The call's context.
+    pub fn context(&self) -> &ToolContext {
+        &self.ctx
+    }
+
+    /// The context, taken out.
+    pub fn into_context(self) -> ToolContext {
+        self.ctx
+    }
+
+    /// The state of type `T`.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<State<T>, ToolError> {
+        self.state.get::<T>()
+    }
+}
+
+/// A read-only status companion of a keyed tool: its definition and how it derives the key.
+pub struct StatusCompanion {
+    pub(crate) definition: ToolDefinition,
+    pub(crate) key: KeyFn,
+}
+
+/// Derives a keyed tool's key from its status companion's arguments.
+pub type KeyFn = Box<dyn Fn(Value, &ToolContext) -> Result<IdempotencyKey, ToolError> + Send + Sync>;
+
+impl StatusCompanion {
+    /// A companion with the given definition and key derivation.
+    pub fn new(definition: ToolDefinition, key: KeyFn) -> Self {
+        StatusCompanion { definition, key }
+    }
+}
+
+/// A tool the toolbox can run. `#[tool]` implements it for the unit struct it generates.
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's definition.
+    fn definition(&self) -> ToolDefinition;
+
+    /// Validates the arguments and prepares the call: its key and fingerprint (for keyed tools)
+    /// and its body. Invalid arguments are `INVALID_ARGUMENTS`, and nothing is recorded.
+    fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError>;
+
+    /// The status companion, for keyed tools that have one.
+    fn status_companion(&self) -> Option<StatusCompanion> {
+        None
+    }
+}
+
+impl<T: Tool + ?Sized> Tool for Arc<T> {
+    fn definition(&self) -> ToolDefinition {
+        (**self).definition()
+    }
+    fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError> {
+        (**self).prepare(args, ctx)
+    }
+    fn status_companion(&self) -> Option<StatusCompanion> {
+        (**self).status_companion()
+    }
+}

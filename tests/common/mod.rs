@@ -1,0 +1,73 @@
+//! Tools and a fake billing system shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolkey::{tool, State, ToolContext, ToolError};
+
+/// A fake outside billing system: counts every invoice it sends.
+#[derive(Default)]
+pub struct Billing {
+    pub invoices: Mutex<Vec<Invoice>>,
+    pub delay: Mutex<Duration>,
+    next: AtomicU64,
+}
+
+impl Billing {
+    pub fn with_delay(delay: Duration) -> Self {
+        Billing { delay: Mutex::new(delay), ..Default::default() }
+    }
+
+    pub fn count(&self) -> usize {
+        self.invoices.lock().unwrap().len()
+    }
+
+    pub async fn send(&self, customer: &str, period: &str, amount: f64, memo: &str) -> Invoice {
+        let delay = *self.delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let invoice = Invoice {
+            id: format!("inv-{id}"),
+            customer: customer.to_string(),
+            period: period.to_string(),
+            amount,
+            memo: memo.to_string(),
+        };
+        self.invoices.lock().unwrap().push(invoice.clone());
+        invoice
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Invoice {
+    pub id: String,
+    pub customer: String,
+    pub period: String,
+    pub amount: f64,
+    pub memo: String,
+}
+
+/// Create and send the invoice for one customer and billing period.
+///
+/// Safe to retry: a second call for the same customer and period never sends a second invoice.
+#[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"), timeout = "2s")]
+pub async fn send_invoice(
+    billing: State<Billing>,
+    ctx: &ToolContext,
+    /// Customer ID, for example "acme".
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    let _ = ctx;
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
