@@ -8,7 +8,12 @@ use toolkey::{Story, Tool, Toolbox};
 use common::{Billing, SendInvoice};
 
 fn properties(schema: &Value) -> Vec<String> {
-    let mut names: Vec<String> = schema["properties"].as_object().unwrap().keys().cloned().collect();
+    let mut names: Vec<String> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     names.sort();
     names
 }
@@ -25,33 +30,65 @@ fn send_invoice_schema_has_the_four_model_visible_fields() {
     assert_eq!(properties(schema), ["amount", "customer", "memo", "period"]);
     assert_eq!(schema["additionalProperties"], json!(false));
     assert_eq!(schema["type"], "object");
-    assert_eq!(schema["properties"]["customer"]["description"], "Customer ID, for example \"acme\".");
-    assert_eq!(schema["properties"]["period"]["description"], "Billing period as YYYY-MM, for example \"2026-10\".");
-    assert_eq!(schema["properties"]["amount"]["description"], "Amount in EUR.");
-    assert_eq!(schema["properties"]["memo"]["description"], "What the invoice is for.");
+    assert_eq!(
+        schema["properties"]["customer"]["description"],
+        "Customer ID, for example \"acme\"."
+    );
+    assert_eq!(
+        schema["properties"]["period"]["description"],
+        "Billing period as YYYY-MM, for example \"2026-10\"."
+    );
+    assert_eq!(
+        schema["properties"]["amount"]["description"],
+        "Amount in EUR."
+    );
+    assert_eq!(
+        schema["properties"]["memo"]["description"],
+        "What the invoice is for."
+    );
     assert_eq!(schema["properties"]["amount"]["type"], "number");
     let text = schema.to_string();
     for absent in ["billing", "ctx", "idempotency", "key"] {
-        assert!(!text.contains(&format!("\"{absent}\"")), "schema mentions {absent}: {text}");
+        assert!(
+            !text.contains(&format!("\"{absent}\"")),
+            "schema mentions {absent}: {text}"
+        );
     }
     assert_eq!(def.story(), Story::Idempotent);
     assert_eq!(def.status_tool(), Some("invoice_status"));
-    assert_eq!(def.settings().timeout, Some(std::time::Duration::from_secs(2)));
+    assert_eq!(
+        def.settings().timeout,
+        Some(std::time::Duration::from_secs(2))
+    );
     let annotations = def.annotations();
     assert!(annotations.idempotent && annotations.destructive && !annotations.read_only);
     let output = def.output_schema().unwrap();
-    assert_eq!(properties(output), ["amount", "customer", "id", "memo", "period"]);
+    assert_eq!(
+        properties(output),
+        ["amount", "customer", "id", "memo", "period"]
+    );
 }
 
 #[test]
 fn status_companion_has_exactly_the_key_fields() {
-    let toolbox = Toolbox::builder().state(Billing::default()).tool(SendInvoice).build().unwrap();
-    let names: Vec<String> = toolbox.definitions().iter().map(|d| d.name().to_string()).collect();
+    let toolbox = Toolbox::builder()
+        .state(Billing::default())
+        .tool(SendInvoice)
+        .build()
+        .unwrap();
+    let names: Vec<String> = toolbox
+        .definitions()
+        .iter()
+        .map(|d| d.name().to_string())
+        .collect();
     assert_eq!(names, ["invoice_status", "send_invoice"]);
     let status = toolbox.definition("invoice_status").unwrap();
     assert_eq!(properties(status.input_schema()), ["customer", "period"]);
     assert_eq!(status.input_schema()["additionalProperties"], json!(false));
-    assert_eq!(status.input_schema()["properties"]["customer"]["description"], "Customer ID, for example \"acme\".");
+    assert_eq!(
+        status.input_schema()["properties"]["customer"]["description"],
+        "Customer ID, for example \"acme\"."
+    );
     assert_eq!(status.story(), Story::ReadOnly);
     assert!(status.annotations().read_only);
 }

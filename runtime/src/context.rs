@@ -138,7 +138,9 @@ impl ToolContext {
         {
             return Err(ToolError::new(
                 ErrorCode::Internal,
-                format!("step name {step:?} must be non-empty ASCII letters, digits, `-`, `_` or `.`"),
+                format!(
+                    "step name {step:?} must be non-empty ASCII letters, digits, `-`, `_` or `.`"
+                ),
             ));
         }
         scope.run_step(self.scope(), key.for_step(step), work).await

@@ -28,7 +28,12 @@ pub(crate) struct OnceScope {
 }
 
 impl OnceScope {
-    pub(crate) async fn run_step<T, E, F>(&self, tenant: &str, key: IdempotencyKey, work: F) -> Result<T, ToolError>
+    pub(crate) async fn run_step<T, E, F>(
+        &self,
+        tenant: &str,
+        key: IdempotencyKey,
+        work: F,
+    ) -> Result<T, ToolError>
     where
         F: Future<Output = Result<T, E>> + Send,
         T: Serialize + DeserializeOwned,
@@ -45,17 +50,28 @@ impl OnceScope {
                 let work = async {
                     let value = work.await.map_err(Into::into)?;
                     serde_json::to_value(&value).map_err(|e| {
-                        ToolError::internal(format!("step `{key}` returned a value that cannot be recorded: {e}"))
+                        ToolError::internal(format!(
+                            "step `{key}` returned a value that cannot be recorded: {e}"
+                        ))
                     })
                 };
                 let ran = drive(&*self.store, &rkey, &token, self.lease, work).await;
                 settle(&*self.store, &rkey, &token, self.retain, ran, None).await?
             }
             Reservation::Existing(record) => match record {
-                Record::Completed { outcome: Outcome::Ok(value), .. } => value,
-                Record::Completed { outcome: Outcome::Err(err), .. } => return Err(err),
+                Record::Completed {
+                    outcome: Outcome::Ok(value),
+                    ..
+                } => value,
+                Record::Completed {
+                    outcome: Outcome::Err(err),
+                    ..
+                } => return Err(err),
                 Record::InProgress { .. } => {
-                    return Err(ToolError::new(ErrorCode::InProgress, format!("step `{key}` is running in another call")))
+                    return Err(ToolError::new(
+                        ErrorCode::InProgress,
+                        format!("step `{key}` is running in another call"),
+                    ))
                 }
                 Record::Stale { .. } => {
                     return Err(ToolError::outcome_unknown(format!(
@@ -64,8 +80,11 @@ impl OnceScope {
                 }
             },
         };
-        serde_json::from_value(value)
-            .map_err(|e| ToolError::internal(format!("the recorded result of step `{key}` no longer fits its type: {e}")))
+        serde_json::from_value(value).map_err(|e| {
+            ToolError::internal(format!(
+                "the recorded result of step `{key}` no longer fits its type: {e}"
+            ))
+        })
     }
 }
 
@@ -79,12 +98,17 @@ pub(crate) async fn run_keyed(
     let def = &tool.definition;
     let settings = &def.settings;
     let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
-        return Err(ToolError::internal(format!("`{}` is idempotent but prepared no key", def.name)));
+        return Err(ToolError::internal(format!(
+            "`{}` is idempotent but prepared no key",
+            def.name
+        )));
     };
     let store = inner.store.clone();
     let rkey = RecordKey::new(ctx.scope(), key.as_str());
     let log_key = key.log_hash();
-    let deadline = settings.wait_in_progress.map(|d| tokio::time::Instant::now() + d);
+    let deadline = settings
+        .wait_in_progress
+        .map(|d| tokio::time::Instant::now() + d);
     let scope = Arc::new(OnceScope {
         store: store.clone(),
         fingerprint,
@@ -110,10 +134,16 @@ pub(crate) async fn run_keyed(
             Reservation::Reserved(token) => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
                 inner.stats.executed.inc();
-                let body = body.take().expect("the body runs once: every path that runs it returns");
+                let body = body
+                    .take()
+                    .expect("the body runs once: every path that runs it returns");
                 let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
-                let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
-                return Ok(ToolOutput { value, replayed: false });
+                let value =
+                    settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
+                return Ok(ToolOutput {
+                    value,
+                    replayed: false,
+                });
             }
             Reservation::Existing(record) => record,
         };
@@ -127,7 +157,10 @@ pub(crate) async fn run_keyed(
                 inner.stats.replayed.inc();
                 tracing::debug!(tool = %def.name, key = %log_key, "replayed");
                 return match outcome {
-                    Outcome::Ok(value) => Ok(ToolOutput { value, replayed: true }),
+                    Outcome::Ok(value) => Ok(ToolOutput {
+                        value,
+                        replayed: true,
+                    }),
                     Outcome::Err(err) => Err(err),
                 };
             }
@@ -142,7 +175,12 @@ pub(crate) async fn run_keyed(
                 tracing::debug!(tool = %def.name, key = %log_key, "in progress");
                 return Err(in_progress(def, since));
             }
-            Record::Stale { token, since, reported, .. } => {
+            Record::Stale {
+                token,
+                since,
+                reported,
+                ..
+            } => {
                 let Some(recover) = recover_hook.take() else {
                     inner.stats.unknown.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
@@ -159,18 +197,43 @@ pub(crate) async fn run_keyed(
                 };
                 tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
                 inner.stats.recovered.inc();
-                let looked = drive(&*store, &rkey, &token, settings.lease, recover(invocation())).await;
+                let looked = drive(
+                    &*store,
+                    &rkey,
+                    &token,
+                    settings.lease,
+                    recover(invocation()),
+                )
+                .await;
                 return match looked {
                     Ok(Ok(Some(found))) => {
-                        record_outcome(&*store, &rkey, &token, &Outcome::Ok(found.clone()), settings.retain).await;
-                        Ok(ToolOutput { value: found, replayed: true })
+                        record_outcome(
+                            &*store,
+                            &rkey,
+                            &token,
+                            &Outcome::Ok(found.clone()),
+                            settings.retain,
+                        )
+                        .await;
+                        Ok(ToolOutput {
+                            value: found,
+                            replayed: true,
+                        })
                     }
                     Ok(Ok(None)) => {
                         inner.stats.executed.inc();
-                        let body = body.take().expect("the body runs once: every path that runs it returns");
-                        let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
-                        let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
-                        Ok(ToolOutput { value, replayed: false })
+                        let body = body
+                            .take()
+                            .expect("the body runs once: every path that runs it returns");
+                        let ran =
+                            drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
+                        let value =
+                            settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner))
+                                .await?;
+                        Ok(ToolOutput {
+                            value,
+                            replayed: false,
+                        })
                     }
                     Ok(Err(err)) => {
                         // The lookup failed: the outcome is as unknown as before. Never release
@@ -191,7 +254,13 @@ pub(crate) async fn run_keyed(
 type Panic = Box<dyn std::any::Any + Send>;
 
 /// Runs `work` while renewing the reservation's lease, catching a panic.
-async fn drive<T, F>(store: &dyn Store, rkey: &RecordKey, token: &Token, lease: Duration, work: F) -> Result<T, Panic>
+async fn drive<T, F>(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    lease: Duration,
+    work: F,
+) -> Result<T, Panic>
 where
     F: Future<Output = T> + Send,
 {
@@ -258,13 +327,21 @@ async fn settle(
     }
 }
 
-async fn record_outcome(store: &dyn Store, rkey: &RecordKey, token: &Token, outcome: &Outcome, retain: Duration) {
+async fn record_outcome(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    outcome: &Outcome,
+    retain: Duration,
+) {
     match store.complete(rkey, token, outcome, retain).await {
         Ok(true) => {}
         Ok(false) => tracing::error!(
             "the outcome was not recorded: the reservation was taken over after its lease lapsed"
         ),
-        Err(e) => tracing::error!(error = %e, "the outcome was not recorded; the key stays reserved until its lease lapses"),
+        Err(e) => {
+            tracing::error!(error = %e, "the outcome was not recorded; the key stays reserved until its lease lapses")
+        }
     }
 }
 
@@ -275,11 +352,17 @@ fn poll_interval(wait: Option<Duration>) -> Duration {
 
 pub(crate) fn store_error(err: StoreError) -> ToolError {
     match err {
-        StoreError::Corrupt { .. } => ToolError::new(ErrorCode::StoreCorrupt, format!("{err}; the tool did not run"))
-            .suggestion("do not repeat the action; a person must look at the stored record"),
-        _ => ToolError::new(ErrorCode::StoreUnavailable, format!("{err}; the tool did not run"))
-            .retryable(true)
-            .suggestion("retry shortly: nothing was done"),
+        StoreError::Corrupt { .. } => ToolError::new(
+            ErrorCode::StoreCorrupt,
+            format!("{err}; the tool did not run"),
+        )
+        .suggestion("do not repeat the action; a person must look at the stored record"),
+        _ => ToolError::new(
+            ErrorCode::StoreUnavailable,
+            format!("{err}; the tool did not run"),
+        )
+        .retryable(true)
+        .suggestion("retry shortly: nothing was done"),
     }
 }
 
@@ -300,7 +383,11 @@ fn ago(since: SystemTime) -> String {
 fn in_progress(def: &crate::ToolDefinition, since: SystemTime) -> ToolError {
     ToolError::new(
         ErrorCode::InProgress,
-        format!("`{}` with these arguments is already running (started {})", def.name, ago(since)),
+        format!(
+            "`{}` with these arguments is already running (started {})",
+            def.name,
+            ago(since)
+        ),
     )
     .suggestion(format!("{}; do not start it again", status_hint(def)))
 }
@@ -332,7 +419,11 @@ fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: boo
     };
     ToolError::new(
         ErrorCode::OutcomeUnknown,
-        format!("an earlier `{}` call for this key (started {}) {why}", def.name, ago(since)),
+        format!(
+            "an earlier `{}` call for this key (started {}) {why}",
+            def.name,
+            ago(since)
+        ),
     )
     .suggestion(format!("do not repeat the action; {check}"))
 }

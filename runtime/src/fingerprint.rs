@@ -56,7 +56,8 @@ impl Fingerprint {
     /// Parses 64 hex digits, as stores keep them.
     pub fn from_hex(text: &str) -> Result<Fingerprint, String> {
         let mut out = [0u8; 32];
-        hex::decode_to_slice(text, &mut out).map_err(|e| format!("bad fingerprint {text:?}: {e}"))?;
+        hex::decode_to_slice(text, &mut out)
+            .map_err(|e| format!("bad fingerprint {text:?}: {e}"))?;
         Ok(Fingerprint(out))
     }
 }

@@ -107,7 +107,11 @@ impl KeyPartWriter<'_> {
         let text = text.trim();
         if text.is_ascii() {
             for c in text.chars() {
-                let c = if self.exact { c } else { c.to_ascii_lowercase() };
+                let c = if self.exact {
+                    c
+                } else {
+                    c.to_ascii_lowercase()
+                };
                 self.push(c);
             }
         } else if self.exact {
@@ -148,7 +152,13 @@ macro_rules! text_parts {
         }
     )*};
 }
-text_parts!(str, String, Box<str>, std::sync::Arc<str>, std::borrow::Cow<'_, str>);
+text_parts!(
+    str,
+    String,
+    Box<str>,
+    std::sync::Arc<str>,
+    std::borrow::Cow<'_, str>
+);
 
 macro_rules! canonical_parts {
     ($($t:ty),*) => {$(

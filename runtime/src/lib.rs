@@ -25,4 +25,6 @@ pub use tool::{
     Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
     StatusCompanion, Story, Tool, ToolDefinition,
 };
-pub use toolbox::{ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder};
+pub use toolbox::{
+    ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder,
+};

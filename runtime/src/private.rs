@@ -91,11 +91,19 @@ pub fn parse_args<A: DeserializeOwned>(
     args: Value,
     schema: impl FnOnce() -> Value,
 ) -> Result<A, ToolError> {
-    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
     serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
-        let field = if path == "." { field_in(&inner) } else { Some(path.clone()) };
+        let field = if path == "." {
+            field_in(&inner)
+        } else {
+            Some(path.clone())
+        };
         let message = match path.as_str() {
             "." => format!("invalid arguments for `{tool}`: {inner}"),
             _ => format!("invalid arguments for `{tool}`: `{path}`: {inner}"),
@@ -105,7 +113,9 @@ pub fn parse_args<A: DeserializeOwned>(
                 Some(expected) => format!("send `{field}` as {expected}, then call again"),
                 None => format!("fix `{field}` as the tool's schema describes, then call again"),
             },
-            None => "send a JSON object with the fields the tool's schema lists, then call again".into(),
+            None => {
+                "send a JSON object with the fields the tool's schema lists, then call again".into()
+            }
         };
         ToolError::invalid_arguments(message, suggestion)
     })
@@ -124,7 +134,11 @@ fn describe(schema: &Value, field: &str) -> Option<String> {
     let property = schema.get("properties")?.get(top)?;
     let ty = match property.get("type") {
         Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" or "),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" or "),
         _ => "the schema's type".into(),
     };
     Some(match property.get("description").and_then(Value::as_str) {
@@ -135,7 +149,8 @@ fn describe(schema: &Value, field: &str) -> Option<String> {
 
 /// The fingerprint of the arguments that define the action.
 pub fn fingerprint<T: Serialize>(value: &T) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of(value).map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
+    Fingerprint::of(value)
+        .map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
 }
 
 /// `ctx.run_id` for key templates.
@@ -163,7 +178,9 @@ fn missing(field: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
     )
-    .suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
+    .suggestion(
+        "this is a defect in the agent runtime, not in the arguments: report it; do not retry",
+    )
 }
 
 /// The serde name of a unit enum variant, for `#[derive(KeyPart)]`.

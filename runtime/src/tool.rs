@@ -56,10 +56,30 @@ impl Annotations {
     /// The annotations a story implies; `destructive` matters for `idempotent` tools only.
     pub const fn for_story(story: Story, destructive: bool) -> Annotations {
         match story {
-            Story::ReadOnly => Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
-            Story::Idempotent => Annotations { read_only: false, destructive, idempotent: true, open_world: true },
-            Story::Natural => Annotations { read_only: false, destructive: false, idempotent: true, open_world: true },
-            Story::Unkeyed => Annotations { read_only: false, destructive: true, idempotent: false, open_world: true },
+            Story::ReadOnly => Annotations {
+                read_only: true,
+                destructive: false,
+                idempotent: true,
+                open_world: true,
+            },
+            Story::Idempotent => Annotations {
+                read_only: false,
+                destructive,
+                idempotent: true,
+                open_world: true,
+            },
+            Story::Natural => Annotations {
+                read_only: false,
+                destructive: false,
+                idempotent: true,
+                open_world: true,
+            },
+            Story::Unkeyed => Annotations {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: true,
+            },
         }
     }
 }
@@ -122,7 +142,12 @@ pub struct ToolDefinition {
 
 impl ToolDefinition {
     /// A definition with the given name, description and input schema, and the story's defaults.
-    pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value, story: Story) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        story: Story,
+    ) -> Self {
         ToolDefinition {
             name: name.into(),
             title: None,
@@ -236,12 +261,32 @@ pub type Recover =
 impl Call {
     /// A call without a key (`read_only`, `natural`, `unkeyed` tools).
     pub fn unkeyed(body: Body) -> Call {
-        Call { key: None, fingerprint: None, body, recover: None }
+        Call {
+            key: None,
+            fingerprint: None,
+            body,
+            recover: None,
+        }
     }
 
     /// A keyed call.
     pub fn keyed(key: IdempotencyKey, fingerprint: Fingerprint, body: Body) -> Call {
-        Call { key: Some(key), fingerprint: Some(fingerprint), body, recover: None }
+        Call {
+            key: Some(key),
+            fingerprint: Some(fingerprint),
+            body,
+            recover: None,
+        }
+    }
+
+    /// The call's idempotency key (keyed tools only).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The fingerprint of the call's defining arguments (keyed tools only).
+    pub fn fingerprint(&self) -> Option<&Fingerprint> {
+        self.fingerprint.as_ref()
     }
 
     /// Adds a recover hook.
@@ -281,7 +326,8 @@ pub struct StatusCompanion {
 }
 
 /// Derives a keyed tool's key from its status companion's arguments.
-pub type KeyFn = Box<dyn Fn(Value, &ToolContext) -> Result<IdempotencyKey, ToolError> + Send + Sync>;
+pub type KeyFn =
+    Box<dyn Fn(Value, &ToolContext) -> Result<IdempotencyKey, ToolError> + Send + Sync>;
 
 impl StatusCompanion {
     /// A companion with the given definition and key derivation.

@@ -243,10 +243,21 @@ impl ToolboxBuilder {
                     target: definition.name.clone(),
                     key: companion.key,
                 };
-                add(companion.definition.name.clone(), Entry::Status(Arc::new(status)), companion.definition)?;
+                add(
+                    companion.definition.name.clone(),
+                    Entry::Status(Arc::new(status)),
+                    companion.definition,
+                )?;
             }
-            let registered = Registered { tool, definition: definition.clone() };
-            add(definition.name.clone(), Entry::Tool(Arc::new(registered)), definition)?;
+            let registered = Registered {
+                tool,
+                definition: definition.clone(),
+            };
+            add(
+                definition.name.clone(),
+                Entry::Tool(Arc::new(registered)),
+                definition,
+            )?;
         }
         if !unkeyed.is_empty() && self.approver.is_none() {
             return Err(BuildError::NoApprover(unkeyed));
@@ -313,7 +324,12 @@ impl Toolbox {
     /// Keyed tools reserve their key before the body runs; the body runs in a task of its own,
     /// so when the tool's `timeout` passes — or this future is dropped — the caller stops
     /// waiting but the body goes on and records its outcome.
-    pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    pub async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let inner = &self.inner;
         let registered = match inner.entries.get(name) {
             Some(Entry::Tool(registered)) => registered.clone(),
@@ -324,7 +340,11 @@ impl Toolbox {
         let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
         let call = registered.tool.prepare(args, ctx)?;
         if let Some(arguments) = approval_args {
-            let request = ApprovalRequest { tool: &def.name, arguments: &arguments, context: ctx };
+            let request = ApprovalRequest {
+                tool: &def.name,
+                arguments: &arguments,
+                context: ctx,
+            };
             let approved = match &inner.approver {
                 Some(approver) => approver.approve(&request).await,
                 None => false,
@@ -332,7 +352,10 @@ impl Toolbox {
             if !approved {
                 return Err(ToolError::new(
                     ErrorCode::ApprovalRequired,
-                    format!("`{}` has effects and no idempotency key, and this call was not approved", def.name),
+                    format!(
+                        "`{}` has effects and no idempotency key, and this call was not approved",
+                        def.name
+                    ),
                 )
                 .suggestion("ask the user to approve this action before calling again"));
             }
@@ -349,9 +372,18 @@ impl Toolbox {
                     exec::run_keyed(inner, registered, call, ctx).await
                 } else {
                     inner.stats.executed.inc();
-                    let invocation = Invocation { ctx, state: inner.state.clone() };
-                    match AssertUnwindSafe((call.body)(invocation)).catch_unwind().await {
-                        Ok(result) => result.map(|value| ToolOutput { value, replayed: false }),
+                    let invocation = Invocation {
+                        ctx,
+                        state: inner.state.clone(),
+                    };
+                    match AssertUnwindSafe((call.body)(invocation))
+                        .catch_unwind()
+                        .await
+                    {
+                        Ok(result) => result.map(|value| ToolOutput {
+                            value,
+                            replayed: false,
+                        }),
                         Err(panic) => Err(panicked(&registered.definition.name, "body", panic)),
                     }
                 }
@@ -367,7 +399,11 @@ impl Toolbox {
                 }
             },
         };
-        joined.unwrap_or_else(|e| Err(ToolError::internal(format!("the task of `{name}` failed: {e}"))))
+        joined.unwrap_or_else(|e| {
+            Err(ToolError::internal(format!(
+                "the task of `{name}` failed: {e}"
+            )))
+        })
     }
 
     /// Waits for every body still running (after its caller timed out or went away).
@@ -377,30 +413,56 @@ impl Toolbox {
         self.inner.tracker.reopen();
     }
 
-    async fn status(&self, status: &StatusEntry, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn status(
+        &self,
+        status: &StatusEntry,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let key = (status.key)(args, ctx)?;
         let rkey = RecordKey::new(ctx.scope(), key.as_str());
         let record = self.inner.store.get(&rkey).await.map_err(store_error)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();
         let value = match record {
             None => json!({"status": "not_found"}),
-            Some(Record::InProgress { since, .. }) => json!({"status": "in_progress", "since": time(since)}),
+            Some(Record::InProgress { since, .. }) => {
+                json!({"status": "in_progress", "since": time(since)})
+            }
             Some(Record::Stale { since, .. }) => json!({"status": "unknown", "since": time(since)}),
-            Some(Record::Completed { outcome: Outcome::Ok(result), completed_at, .. }) => {
+            Some(Record::Completed {
+                outcome: Outcome::Ok(result),
+                completed_at,
+                ..
+            }) => {
                 json!({"status": "completed", "result": result, "completed_at": time(completed_at)})
             }
-            Some(Record::Completed { outcome: Outcome::Err(err), completed_at, .. }) => {
+            Some(Record::Completed {
+                outcome: Outcome::Err(err),
+                completed_at,
+                ..
+            }) => {
                 json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
             }
         };
         tracing::debug!(tool = %status.definition.name, target = %status.target, key = %key.log_hash(), "status answered");
-        Ok(ToolOutput { value, replayed: false })
+        Ok(ToolOutput {
+            value,
+            replayed: false,
+        })
     }
 
     fn unknown_tool(&self, name: &str) -> ToolError {
-        let names: Vec<&str> = self.inner.definitions.iter().map(|d| d.name.as_str()).collect();
-        ToolError::new(ErrorCode::UnknownTool, format!("there is no tool named `{name}`"))
-            .suggestion(format!("use one of: {}", names.join(", ")))
+        let names: Vec<&str> = self
+            .inner
+            .definitions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        ToolError::new(
+            ErrorCode::UnknownTool,
+            format!("there is no tool named `{name}`"),
+        )
+        .suggestion(format!("use one of: {}", names.join(", ")))
     }
 }
 

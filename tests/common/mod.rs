@@ -19,7 +19,10 @@ pub struct Billing {
 
 impl Billing {
     pub fn with_delay(delay: Duration) -> Self {
-        Billing { delay: Mutex::new(delay), ..Default::default() }
+        Billing {
+            delay: Mutex::new(delay),
+            ..Default::default()
+        }
     }
 
     pub fn count(&self) -> usize {
@@ -54,7 +57,10 @@ pub struct Invoice {
 /// Create and send the invoice for one customer and billing period.
 ///
 /// Safe to retry: a second call for the same customer and period never sends a second invoice.
-#[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"), timeout = "2s")]
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    timeout = "2s"
+)]
 pub async fn send_invoice(
     billing: State<Billing>,
     ctx: &ToolContext,
@@ -69,5 +75,26 @@ pub async fn send_invoice(
     memo: String,
 ) -> Result<Invoice, ToolError> {
     let _ = ctx;
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
+
+/// The design's tool with the seed's timings scaled down: 200 ms timeout (billing takes 300 ms).
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    timeout = "200ms",
+    name = "send_invoice"
+)]
+pub async fn send_invoice_scaled(
+    billing: State<Billing>,
+    /// Customer ID, for example "acme".
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
     Ok(billing.send(&customer, &period, amount, &memo).await)
 }

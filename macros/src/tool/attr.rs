@@ -57,7 +57,14 @@ const TOP_KEYS: &[&str] = &[
     "description",
     "crate",
 ];
-const KEYED_KEYS: &[&str] = &["key", "status", "hash", "recover", "on_in_progress", "destructive"];
+const KEYED_KEYS: &[&str] = &[
+    "key",
+    "status",
+    "hash",
+    "recover",
+    "on_in_progress",
+    "destructive",
+];
 const STORIES: &str = "`read_only`, `idempotent(key = \"...\")`, `natural`, `unkeyed`";
 
 pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
@@ -119,7 +126,10 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
                 let lit: LitStr = meta.value()?.parse()?;
                 match lit.parse::<Path>() {
                     Ok(path) => attr.krate = Some(path),
-                    Err(_) => cx.error_spanned_by(&lit, "`crate` takes a path, as in `crate = \"::toolkey\"`"),
+                    Err(_) => cx.error_spanned_by(
+                        &lit,
+                        "`crate` takes a path, as in `crate = \"::toolkey\"`",
+                    ),
                 }
             }
             other if KEYED_KEYS.contains(&other) => {
@@ -222,14 +232,21 @@ fn parse_on_in_progress(text: &str) -> Result<Option<Duration>, String> {
     let inner = text
         .strip_prefix("wait(")
         .and_then(|rest| rest.strip_suffix(')'))
-        .ok_or_else(|| format!("invalid `on_in_progress = \"{text}\"`; expected `\"reject\"` or `\"wait(2s)\"`"))?;
+        .ok_or_else(|| {
+            format!(
+                "invalid `on_in_progress = \"{text}\"`; expected `\"reject\"` or `\"wait(2s)\"`"
+            )
+        })?;
     duration(inner).map(Some)
 }
 
 fn parse_duration(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Spanned<Duration>>> {
     let lit: LitStr = meta.value()?.parse()?;
     match duration(&lit.value()) {
-        Ok(value) => Ok(Some(Spanned { value, span: lit.span() })),
+        Ok(value) => Ok(Some(Spanned {
+            value,
+            span: lit.span(),
+        })),
         Err(msg) => {
             cx.error_spanned_by(&lit, msg);
             Ok(None)
@@ -259,7 +276,10 @@ fn path_name(path: &Path) -> String {
 }
 
 fn span_of(path: &Path) -> Span {
-    path.segments.first().map(|s| s.ident.span()).unwrap_or_else(Span::call_site)
+    path.segments
+        .first()
+        .map(|s| s.ident.span())
+        .unwrap_or_else(Span::call_site)
 }
 
 /// Consumes whatever value follows a key we reject, so parsing goes on to report the rest.

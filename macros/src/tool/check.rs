@@ -33,7 +33,10 @@ pub fn check(cx: &Ctxt, tool: &Tool) {
 fn check_signature(cx: &Ctxt, tool: &Tool) {
     let sig = &tool.func.sig;
     if sig.asyncness.is_none() {
-        cx.error_spanned_by(&sig.fn_token, "`#[tool]` needs an `async fn`: write `async fn`");
+        cx.error_spanned_by(
+            &sig.fn_token,
+            "`#[tool]` needs an `async fn`: write `async fn`",
+        );
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         cx.error_spanned_by(
@@ -42,7 +45,10 @@ fn check_signature(cx: &Ctxt, tool: &Tool) {
         );
     }
     if tool.output.is_none() {
-        cx.error_spanned_by(&sig.ident, "a `#[tool]` fn returns `Result<T, E>`, with `T: Serialize` and `E: Into<ToolError>`");
+        cx.error_spanned_by(
+            &sig.ident,
+            "a `#[tool]` fn returns `Result<T, E>`, with `T: Serialize` and `E: Into<ToolError>`",
+        );
     }
 }
 
@@ -83,7 +89,11 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
     if contexts > 1 {
         cx.error_spanned_by(&tool.func.sig.inputs, "take `&ToolContext` once");
     }
-    let key_fields: Vec<&str> = tool.keyed.iter().flat_map(|k| k.template.params()).collect();
+    let key_fields: Vec<&str> = tool
+        .keyed
+        .iter()
+        .flat_map(|k| k.template.params())
+        .collect();
     for param in tool.model_params() {
         let is_key = key_fields.iter().any(|f| param.ident == f);
         if let (Some(span), true) = (param.ignore, is_key) {
@@ -93,14 +103,23 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
             );
         }
         if let (Some(span), false) = (param.exact, is_key) {
-            cx.error_at(span, format!("`{}` is not in the key template: `key = \"exact\"` applies to key fields only", param.ident));
+            cx.error_at(
+                span,
+                format!(
+                    "`{}` is not in the key template: `key = \"exact\"` applies to key fields only",
+                    param.ident
+                ),
+            );
         }
     }
 }
 
 fn check_settings(cx: &Ctxt, tool: &Tool) {
     if tool.story != StoryKind::Idempotent {
-        for (setting, span) in [("lease", tool.lease.as_ref().map(|l| l.span)), ("retain", tool.retain.as_ref().map(|r| r.span))] {
+        for (setting, span) in [
+            ("lease", tool.lease.as_ref().map(|l| l.span)),
+            ("retain", tool.retain.as_ref().map(|r| r.span)),
+        ] {
             if let Some(span) = span {
                 cx.error_at(span, format!("`{setting}` applies to `idempotent` tools only: other stories keep no record"));
             }
@@ -119,9 +138,19 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
     if prefix.is_empty() || !prefix.chars().any(char::is_alphanumeric) {
         cx.error_spanned_by(lit, "a key template starts with a literal namespace that names the action, as in `\"invoice:<customer>:<period>\"`");
     } else if prefix.len() > MAX_PREFIX_BYTES {
-        cx.error_spanned_by(lit, format!("the key's namespace is {} bytes; keep it within {MAX_PREFIX_BYTES}", prefix.len()));
+        cx.error_spanned_by(
+            lit,
+            format!(
+                "the key's namespace is {} bytes; keep it within {MAX_PREFIX_BYTES}",
+                prefix.len()
+            ),
+        );
     }
-    if !template.pieces.iter().any(|p| !matches!(p, Piece::Literal(_))) {
+    if !template
+        .pieces
+        .iter()
+        .any(|p| !matches!(p, Piece::Literal(_)))
+    {
         cx.error_spanned_by(
             lit,
             "a key template without `<placeholder>`s gives every call the same key, so only the first would ever run; name the fields that identify the action, as in `\"invoice:<customer>:<period>\"`",
@@ -131,12 +160,20 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
     let mut previous: Option<&Piece> = None;
     let params: Vec<String> = tool.model_params().map(|p| p.ident.to_string()).collect();
     for piece in &template.pieces {
-        if let (Some(prev @ (Piece::Param(_) | Piece::Ctx(_))), Piece::Param(_) | Piece::Ctx(_)) = (previous, piece) {
+        if let (Some(prev @ (Piece::Param(_) | Piece::Ctx(_))), Piece::Param(_) | Piece::Ctx(_)) =
+            (previous, piece)
+        {
             cx.error_spanned_by(lit, format!("placeholders {} and {} need literal text between them, or their values could run together", show(prev), show(piece)));
         }
         previous = Some(piece);
         if !matches!(piece, Piece::Literal(_)) && seen.contains(&piece) {
-            cx.error_spanned_by(lit, format!("placeholder {} appears twice in the key template", show(piece)));
+            cx.error_spanned_by(
+                lit,
+                format!(
+                    "placeholder {} appears twice in the key template",
+                    show(piece)
+                ),
+            );
         }
         seen.push(piece);
         match piece {

@@ -43,7 +43,10 @@ pub fn expand(tool: &Tool) -> TokenStream {
         struct __Args { #(#fields,)* }
     };
 
-    let output = tool.output.as_ref().expect("checked: a tool returns Result");
+    let output = tool
+        .output
+        .as_ref()
+        .expect("checked: a tool returns Result");
     let output_check = quote_spanned! {output.span()=>
         fn __assert_result<R: #tk::IntoToolResult>() {}
         let _ = __assert_result::<#output>;
@@ -87,7 +90,9 @@ pub fn expand(tool: &Tool) -> TokenStream {
             _ => None,
         })
         .collect();
-    let take_states = states.iter().map(|(var, ty)| quote!(let #var = __inv.state::<#ty>()?;));
+    let take_states = states
+        .iter()
+        .map(|(var, ty)| quote!(let #var = __inv.state::<#ty>()?;));
     let call_args: Vec<TokenStream> = tool
         .params
         .iter()
@@ -135,13 +140,23 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     quote!(&__a.#ident)
                 })
                 .collect();
-            let fp_fields: Vec<&Param> = tool.model_params().filter(|p| p.ignore.is_none()).collect();
+            // Key fields are left out: the normalized key already names them, and " ACME " and
+            // "acme" are one customer, not a conflict.
+            let key_fields: Vec<&str> = keyed.template.params().collect();
+            let fp_fields: Vec<&Param> = tool
+                .model_params()
+                .filter(|p| p.ignore.is_none() && !key_fields.iter().any(|k| p.ident == k))
+                .collect();
             let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
             let fp_types = fp_fields.iter().map(|p| &p.ty);
             let fp_struct = quote! {
                 #[derive(#tk::serde::Serialize)]
                 #[serde(crate = #serde_path)]
-                struct __Fingerprint<'__a> { #(#fp_idents: &'__a #fp_types,)* }
+                struct __Fingerprint<'__a> {
+                    #(#fp_idents: &'__a #fp_types,)*
+                    #[serde(skip)]
+                    __lifetime: #tk::core::marker::PhantomData<&'__a ()>,
+                }
             };
             let (keep_raw, with_recover) = match &keyed.recover {
                 Some(recover) => (
@@ -161,7 +176,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #keep_raw
                 let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
                 let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #tk::fingerprint(&__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* })?;
+                let __fp = #tk::fingerprint(&__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData })?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
             let companion = keyed.status.as_ref().map(|(status, _)| {
@@ -269,7 +284,9 @@ fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
     let params: Vec<&Param> = template.params().filter_map(|n| tool.param(n)).collect();
     let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
     let types: Vec<&syn::Type> = params.iter().map(|p| &p.ty).collect();
-    let asserts = types.iter().map(|ty| quote_spanned!(ty.span()=> #tk::assert_key_part::<#ty>();));
+    let asserts = types
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> #tk::assert_key_part::<#ty>();));
     let steps = template.pieces.iter().skip(1).map(|piece| match piece {
         Piece::Literal(text) => quote!(__k.literal(#text);),
         Piece::Param(name) => {

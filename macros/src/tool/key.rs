@@ -53,7 +53,9 @@ impl Template {
     }
 
     pub fn uses_ctx(&self, field: &str) -> bool {
-        self.pieces.iter().any(|p| matches!(p, Piece::Ctx(f) if f == field))
+        self.pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Ctx(f) if f == field))
     }
 }
 
@@ -66,7 +68,10 @@ pub fn parse(cx: &Ctxt, lit: &LitStr) -> Template {
         match rest.find(['<', '>']) {
             Some(i) if rest.as_bytes()[i] == b'>' => {
                 cx.error_spanned_by(lit, format!("unmatched `>` in key template \"{text}\"; placeholders are written `<name>`"));
-                return Template { lit: lit.clone(), pieces };
+                return Template {
+                    lit: lit.clone(),
+                    pieces,
+                };
             }
             Some(i) => {
                 if i > 0 {
@@ -75,7 +80,10 @@ pub fn parse(cx: &Ctxt, lit: &LitStr) -> Template {
                 let after = &rest[i + 1..];
                 let Some(end) = after.find('>') else {
                     cx.error_spanned_by(lit, format!("unclosed `<` in key template \"{text}\"; placeholders are written `<name>`"));
-                    return Template { lit: lit.clone(), pieces };
+                    return Template {
+                        lit: lit.clone(),
+                        pieces,
+                    };
                 };
                 let name = after[..end].trim();
                 if name.is_empty() {
@@ -93,5 +101,8 @@ pub fn parse(cx: &Ctxt, lit: &LitStr) -> Template {
             }
         }
     }
-    Template { lit: lit.clone(), pieces }
+    Template {
+        lit: lit.clone(),
+        pieces,
+    }
 }

@@ -67,7 +67,10 @@ impl Tool {
             },
             status: match k.status {
                 Some(Spanned { value: None, .. }) => None,
-                Some(Spanned { value: Some(name), span }) => Some((name, span)),
+                Some(Spanned {
+                    value: Some(name),
+                    span,
+                }) => Some((name, span)),
                 None => Some((format!("{}_status", tool_name(&func, &attr.name)), k.span)),
             },
             hash: k.hash,
@@ -94,8 +97,15 @@ impl Tool {
             syn::ReturnType::Default => None,
         };
         let name = tool_name(&func, &attr.name);
-        let name_span = attr.name.as_ref().map(|l| l.span()).unwrap_or_else(|| func.sig.ident.span());
-        let struct_ident = Ident::new(&camel_case(&func.sig.ident.to_string()), func.sig.ident.span());
+        let name_span = attr
+            .name
+            .as_ref()
+            .map(|l| l.span())
+            .unwrap_or_else(|| func.sig.ident.span());
+        let struct_ident = Ident::new(
+            &camel_case(&func.sig.ident.to_string()),
+            func.sig.ident.span(),
+        );
         Tool {
             func,
             name,
@@ -114,7 +124,9 @@ impl Tool {
     }
 
     pub fn model_params(&self) -> impl Iterator<Item = &Param> {
-        self.params.iter().filter(|p| matches!(p.kind, ParamKind::Model))
+        self.params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamKind::Model))
     }
 
     pub fn param(&self, name: &str) -> Option<&Param> {
@@ -195,20 +207,32 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
                 cx.error_at(span, format!("`{ident}` is injected by the toolbox, not filled by the model: `#[arg(..)]` applies to model-visible parameters only"));
             }
         }
-        params.push(Param { ident, ty, kind, docs, forwarded, ignore, exact });
+        params.push(Param {
+            ident,
+            ty,
+            kind,
+            docs,
+            forwarded,
+            ignore,
+            exact,
+        });
     }
     params
 }
 
 fn classify(ty: &Type) -> ParamKind {
     match ty {
-        Type::Reference(r) if last_segment(&r.elem).is_some_and(|s| s.ident == "ToolContext") => ParamKind::Context,
+        Type::Reference(r) if last_segment(&r.elem).is_some_and(|s| s.ident == "ToolContext") => {
+            ParamKind::Context
+        }
         _ => match last_segment(ty) {
             Some(seg) if seg.ident == "State" => match &seg.arguments {
-                syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => match &args.args[0] {
-                    syn::GenericArgument::Type(inner) => ParamKind::State(inner.clone()),
-                    _ => ParamKind::Model,
-                },
+                syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => {
+                    match &args.args[0] {
+                        syn::GenericArgument::Type(inner) => ParamKind::State(inner.clone()),
+                        _ => ParamKind::Model,
+                    }
+                }
                 _ => ParamKind::Model,
             },
             _ => ParamKind::Model,
@@ -232,7 +256,10 @@ pub fn doc_text(attrs: &[Attribute]) -> String {
         .filter(|a| a.path().is_ident("doc"))
         .filter_map(|a| match &a.meta {
             syn::Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
                 _ => None,
             },
             _ => None,
@@ -245,7 +272,16 @@ pub fn doc_text(attrs: &[Attribute]) -> String {
         .map(|l| l.len() - l.trim_start().len())
         .min()
         .unwrap_or(0);
-    let text: Vec<&str> = lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim() }).collect();
+    let text: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            if l.len() >= indent {
+                &l[indent..]
+            } else {
+                l.trim()
+            }
+        })
+        .collect();
     text.join("\n").trim().to_string()
 }
 

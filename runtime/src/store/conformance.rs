@@ -84,19 +84,58 @@ impl<S: Store> Suite<S> {
     /// Runs every check; panics with the names and reasons of all that failed.
     pub async fn run(self) {
         let checks: Vec<(&str, BoxFuture<Result<(), String>>)> = vec![
-            ("reserve_then_in_progress", Box::pin(reserve_then_in_progress(self.ctx()))),
-            ("concurrent_reserve_gives_one_token", Box::pin(concurrent_reserve_gives_one_token(self.ctx()))),
-            ("stale_tokens_are_refused", Box::pin(stale_tokens_are_refused(self.ctx()))),
-            ("completed_is_returned_with_outcome", Box::pin(completed_is_returned_with_outcome(self.ctx()))),
-            ("release_frees_the_key", Box::pin(release_frees_the_key(self.ctx()))),
-            ("late_complete_after_takeover_is_refused", Box::pin(late_complete_after_takeover_is_refused(self.ctx()))),
-            ("two_takeovers_one_wins", Box::pin(two_takeovers_one_wins(self.ctx()))),
-            ("renew_keeps_the_lease", Box::pin(renew_keeps_the_lease(self.ctx()))),
-            ("unknown_is_stale_and_can_be_taken_over", Box::pin(unknown_is_stale_and_can_be_taken_over(self.ctx()))),
-            ("expiry_is_checked_at_read_time", Box::pin(expiry_is_checked_at_read_time(self.ctx()))),
-            ("tenants_are_isolated", Box::pin(tenants_are_isolated(self.ctx()))),
-            ("every_outcome_round_trips", Box::pin(every_outcome_round_trips(self.ctx()))),
-            ("corrupt_record_is_an_error", Box::pin(corrupt_record_is_an_error(self.ctx()))),
+            (
+                "reserve_then_in_progress",
+                Box::pin(reserve_then_in_progress(self.ctx())),
+            ),
+            (
+                "concurrent_reserve_gives_one_token",
+                Box::pin(concurrent_reserve_gives_one_token(self.ctx())),
+            ),
+            (
+                "stale_tokens_are_refused",
+                Box::pin(stale_tokens_are_refused(self.ctx())),
+            ),
+            (
+                "completed_is_returned_with_outcome",
+                Box::pin(completed_is_returned_with_outcome(self.ctx())),
+            ),
+            (
+                "release_frees_the_key",
+                Box::pin(release_frees_the_key(self.ctx())),
+            ),
+            (
+                "late_complete_after_takeover_is_refused",
+                Box::pin(late_complete_after_takeover_is_refused(self.ctx())),
+            ),
+            (
+                "two_takeovers_one_wins",
+                Box::pin(two_takeovers_one_wins(self.ctx())),
+            ),
+            (
+                "renew_keeps_the_lease",
+                Box::pin(renew_keeps_the_lease(self.ctx())),
+            ),
+            (
+                "unknown_is_stale_and_can_be_taken_over",
+                Box::pin(unknown_is_stale_and_can_be_taken_over(self.ctx())),
+            ),
+            (
+                "expiry_is_checked_at_read_time",
+                Box::pin(expiry_is_checked_at_read_time(self.ctx())),
+            ),
+            (
+                "tenants_are_isolated",
+                Box::pin(tenants_are_isolated(self.ctx())),
+            ),
+            (
+                "every_outcome_round_trips",
+                Box::pin(every_outcome_round_trips(self.ctx())),
+            ),
+            (
+                "corrupt_record_is_an_error",
+                Box::pin(corrupt_record_is_an_error(self.ctx())),
+            ),
         ];
         let mut failed = Vec::new();
         let total = checks.len();
@@ -154,7 +193,12 @@ impl Ctx {
         self.pass(self.lease + self.lease / 2).await
     }
 
-    async fn reserve(&self, key: &RecordKey, fp: &Fingerprint, lease: Duration) -> Result<Token, String> {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Token, String> {
         match self.store.reserve(key, fp, lease).await.map_err(err)? {
             Reservation::Reserved(token) => Ok(token),
             other => Err(format!("expected Reserved for {key:?}, got {other:?}")),
@@ -181,10 +225,16 @@ fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
 async fn reserve_then_in_progress(cx: Ctx) -> Result<(), String> {
     let key = cx.key("a");
     cx.reserve(&key, &fp(1), cx.long()).await?;
-    let again = cx.store.reserve(&key, &fp(2), cx.long()).await.map_err(err)?;
+    let again = cx
+        .store
+        .reserve(&key, &fp(2), cx.long())
+        .await
+        .map_err(err)?;
     ensure(
         matches!(&again, Reservation::Existing(Record::InProgress { fingerprint, .. }) if *fingerprint == fp(1)),
-        || format!("second reserve should see the first in progress with its fingerprint, got {again:?}"),
+        || {
+            format!("second reserve should see the first in progress with its fingerprint, got {again:?}")
+        },
     )
 }
 
@@ -194,7 +244,9 @@ async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
     for _ in 0..32 {
         let store = cx.store.clone();
         let key = key.clone();
-        tasks.push(tokio::spawn(async move { store.reserve(&key, &fp(1), Duration::from_secs(300)).await }));
+        tasks.push(tokio::spawn(async move {
+            store.reserve(&key, &fp(1), Duration::from_secs(300)).await
+        }));
     }
     let mut reserved = 0;
     for task in tasks {
@@ -204,7 +256,9 @@ async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
             other => return Err(format!("unexpected answer in race: {other:?}")),
         }
     }
-    ensure(reserved == 1, || format!("32 concurrent reserves gave {reserved} tokens, expected 1"))
+    ensure(reserved == 1, || {
+        format!("32 concurrent reserves gave {reserved} tokens, expected 1")
+    })
 }
 
 async fn stale_tokens_are_refused(cx: Ctx) -> Result<(), String> {
@@ -212,17 +266,55 @@ async fn stale_tokens_are_refused(cx: Ctx) -> Result<(), String> {
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
     let wrong = Token::generate();
     let s = &cx.store;
-    ensure(!s.complete(&key, &wrong, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete with a wrong token applied".into())?;
-    ensure(!s.release(&key, &wrong).await.map_err(err)?, || "release with a wrong token applied".into())?;
-    ensure(!s.renew(&key, &wrong, cx.long()).await.map_err(err)?, || "renew with a wrong token applied".into())?;
-    ensure(!s.mark_unknown(&key, &wrong).await.map_err(err)?, || "mark_unknown with a wrong token applied".into())?;
-    ensure(s.take_over(&key, &wrong, cx.long()).await.map_err(err)?.is_none(), || "take_over of a live record applied".into())?;
-    ensure(s.take_over(&key, &token, cx.long()).await.map_err(err)?.is_none(), || "take_over of a record with a current lease applied".into())?;
+    ensure(
+        !s.complete(&key, &wrong, &Outcome::Ok(json!(1)), cx.long())
+            .await
+            .map_err(err)?,
+        || "complete with a wrong token applied".into(),
+    )?;
+    ensure(!s.release(&key, &wrong).await.map_err(err)?, || {
+        "release with a wrong token applied".into()
+    })?;
+    ensure(
+        !s.renew(&key, &wrong, cx.long()).await.map_err(err)?,
+        || "renew with a wrong token applied".into(),
+    )?;
+    ensure(!s.mark_unknown(&key, &wrong).await.map_err(err)?, || {
+        "mark_unknown with a wrong token applied".into()
+    })?;
+    ensure(
+        s.take_over(&key, &wrong, cx.long())
+            .await
+            .map_err(err)?
+            .is_none(),
+        || "take_over of a live record applied".into(),
+    )?;
+    ensure(
+        s.take_over(&key, &token, cx.long())
+            .await
+            .map_err(err)?
+            .is_none(),
+        || "take_over of a record with a current lease applied".into(),
+    )?;
     let record = s.get(&key).await.map_err(err)?;
-    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("refused writes changed the record: {record:?}"))?;
-    ensure(s.complete(&key, &token, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete with the right token was refused".into())?;
-    ensure(!s.release(&key, &token).await.map_err(err)?, || "release after complete applied".into())?;
-    ensure(!s.complete(&key, &token, &Outcome::Ok(json!(2)), cx.long()).await.map_err(err)?, || "a second complete applied".into())?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || {
+        format!("refused writes changed the record: {record:?}")
+    })?;
+    ensure(
+        s.complete(&key, &token, &Outcome::Ok(json!(1)), cx.long())
+            .await
+            .map_err(err)?,
+        || "complete with the right token was refused".into(),
+    )?;
+    ensure(!s.release(&key, &token).await.map_err(err)?, || {
+        "release after complete applied".into()
+    })?;
+    ensure(
+        !s.complete(&key, &token, &Outcome::Ok(json!(2)), cx.long())
+            .await
+            .map_err(err)?,
+        || "a second complete applied".into(),
+    )?;
     let record = s.get(&key).await.map_err(err)?;
     ensure(
         matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!(1)),
@@ -234,8 +326,18 @@ async fn completed_is_returned_with_outcome(cx: Ctx) -> Result<(), String> {
     let key = cx.key("done");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
     let outcome = Outcome::Ok(json!({"invoice": "inv-1", "amount": 100.5}));
-    ensure(cx.store.complete(&key, &token, &outcome, cx.long()).await.map_err(err)?, || "complete refused".into())?;
-    let again = cx.store.reserve(&key, &fp(1), cx.long()).await.map_err(err)?;
+    ensure(
+        cx.store
+            .complete(&key, &token, &outcome, cx.long())
+            .await
+            .map_err(err)?,
+        || "complete refused".into(),
+    )?;
+    let again = cx
+        .store
+        .reserve(&key, &fp(1), cx.long())
+        .await
+        .map_err(err)?;
     ensure(
         matches!(&again, Reservation::Existing(Record::Completed { fingerprint, outcome: o, .. }) if *fingerprint == fp(1) && *o == outcome),
         || format!("reserve after complete should return the outcome, got {again:?}"),
@@ -245,8 +347,12 @@ async fn completed_is_returned_with_outcome(cx: Ctx) -> Result<(), String> {
 async fn release_frees_the_key(cx: Ctx) -> Result<(), String> {
     let key = cx.key("free");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-    ensure(cx.store.release(&key, &token).await.map_err(err)?, || "release refused".into())?;
-    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || "released record still readable".into())?;
+    ensure(cx.store.release(&key, &token).await.map_err(err)?, || {
+        "release refused".into()
+    })?;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || {
+        "released record still readable".into()
+    })?;
     cx.reserve(&key, &fp(2), cx.long()).await.map(drop)
 }
 
@@ -254,9 +360,22 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
     let key = cx.key("lapsed");
     let first = cx.reserve(&key, &fp(1), cx.lease).await?;
     cx.lapse().await;
-    let stale = match cx.store.reserve(&key, &fp(1), cx.lease).await.map_err(err)? {
-        Reservation::Existing(Record::Stale { token, reported: false, .. }) => token,
-        other => return Err(format!("a lapsed lease should read as stale, got {other:?}")),
+    let stale = match cx
+        .store
+        .reserve(&key, &fp(1), cx.lease)
+        .await
+        .map_err(err)?
+    {
+        Reservation::Existing(Record::Stale {
+            token,
+            reported: false,
+            ..
+        }) => token,
+        other => {
+            return Err(format!(
+                "a lapsed lease should read as stale, got {other:?}"
+            ))
+        }
     };
     let second = cx
         .store
@@ -264,10 +383,27 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
         .await
         .map_err(err)?
         .ok_or("take_over of a stale record was refused")?;
-    ensure(second != first, || "take_over returned the old token".into())?;
-    ensure(!cx.store.complete(&key, &first, &Outcome::Ok(json!("late")), cx.long()).await.map_err(err)?, || "the first owner's late complete applied".into())?;
-    ensure(!cx.store.renew(&key, &first, cx.long()).await.map_err(err)?, || "the first owner's late renew applied".into())?;
-    ensure(cx.store.complete(&key, &second, &Outcome::Ok(json!("new")), cx.long()).await.map_err(err)?, || "the new owner's complete was refused".into())?;
+    ensure(second != first, || {
+        "take_over returned the old token".into()
+    })?;
+    ensure(
+        !cx.store
+            .complete(&key, &first, &Outcome::Ok(json!("late")), cx.long())
+            .await
+            .map_err(err)?,
+        || "the first owner's late complete applied".into(),
+    )?;
+    ensure(
+        !cx.store.renew(&key, &first, cx.long()).await.map_err(err)?,
+        || "the first owner's late renew applied".into(),
+    )?;
+    ensure(
+        cx.store
+            .complete(&key, &second, &Outcome::Ok(json!("new")), cx.long())
+            .await
+            .map_err(err)?,
+        || "the new owner's complete was refused".into(),
+    )?;
     let record = cx.store.get(&key).await.map_err(err)?;
     ensure(
         matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!("new")),
@@ -286,69 +422,153 @@ async fn two_takeovers_one_wins(cx: Ctx) -> Result<(), String> {
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (store, key, stale) = (cx.store.clone(), key.clone(), stale.clone());
-        tasks.push(tokio::spawn(async move { store.take_over(&key, &stale, Duration::from_secs(300)).await }));
+        tasks.push(tokio::spawn(async move {
+            store
+                .take_over(&key, &stale, Duration::from_secs(300))
+                .await
+        }));
     }
     let mut won = 0;
     for task in tasks {
-        if task.await.map_err(|e| e.to_string())?.map_err(err)?.is_some() {
+        if task
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(err)?
+            .is_some()
+        {
             won += 1;
         }
     }
-    ensure(won == 1, || format!("8 concurrent takeovers: {won} won, expected 1"))
+    ensure(won == 1, || {
+        format!("8 concurrent takeovers: {won} won, expected 1")
+    })
 }
 
 async fn renew_keeps_the_lease(cx: Ctx) -> Result<(), String> {
     let key = cx.key("renew");
     let token = cx.reserve(&key, &fp(1), cx.lease).await?;
     cx.pass(cx.lease / 2).await;
-    ensure(cx.store.renew(&key, &token, cx.lease).await.map_err(err)?, || "renew refused".into())?;
+    ensure(
+        cx.store.renew(&key, &token, cx.lease).await.map_err(err)?,
+        || "renew refused".into(),
+    )?;
     cx.pass(cx.lease * 3 / 4).await;
     let record = cx.store.get(&key).await.map_err(err)?;
-    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("a renewed lease lapsed early: {record:?}"))?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || {
+        format!("a renewed lease lapsed early: {record:?}")
+    })?;
     cx.lapse().await;
     let record = cx.store.get(&key).await.map_err(err)?;
-    ensure(matches!(record, Some(Record::Stale { reported: false, .. })), || format!("an unrenewed lease should lapse: {record:?}"))
+    ensure(
+        matches!(
+            record,
+            Some(Record::Stale {
+                reported: false,
+                ..
+            })
+        ),
+        || format!("an unrenewed lease should lapse: {record:?}"),
+    )
 }
 
 async fn unknown_is_stale_and_can_be_taken_over(cx: Ctx) -> Result<(), String> {
     let key = cx.key("unknown");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-    ensure(cx.store.mark_unknown(&key, &token).await.map_err(err)?, || "mark_unknown refused".into())?;
-    ensure(!cx.store.complete(&key, &token, &Outcome::Ok(json!(1)), cx.long()).await.map_err(err)?, || "complete after mark_unknown applied".into())?;
-    let stale = match cx.store.reserve(&key, &fp(1), cx.long()).await.map_err(err)? {
-        Reservation::Existing(Record::Stale { token, reported: true, fingerprint, .. }) if fingerprint == fp(1) => token,
-        other => return Err(format!("an unknown record should read as reported stale, got {other:?}")),
+    ensure(
+        cx.store.mark_unknown(&key, &token).await.map_err(err)?,
+        || "mark_unknown refused".into(),
+    )?;
+    ensure(
+        !cx.store
+            .complete(&key, &token, &Outcome::Ok(json!(1)), cx.long())
+            .await
+            .map_err(err)?,
+        || "complete after mark_unknown applied".into(),
+    )?;
+    let stale = match cx
+        .store
+        .reserve(&key, &fp(1), cx.long())
+        .await
+        .map_err(err)?
+    {
+        Reservation::Existing(Record::Stale {
+            token,
+            reported: true,
+            fingerprint,
+            ..
+        }) if fingerprint == fp(1) => token,
+        other => {
+            return Err(format!(
+                "an unknown record should read as reported stale, got {other:?}"
+            ))
+        }
     };
-    let new = cx.store.take_over(&key, &stale, cx.long()).await.map_err(err)?.ok_or("take_over of an unknown record was refused")?;
-    ensure(cx.store.complete(&key, &new, &Outcome::Ok(json!(2)), cx.long()).await.map_err(err)?, || "complete after takeover refused".into())
+    let new = cx
+        .store
+        .take_over(&key, &stale, cx.long())
+        .await
+        .map_err(err)?
+        .ok_or("take_over of an unknown record was refused")?;
+    ensure(
+        cx.store
+            .complete(&key, &new, &Outcome::Ok(json!(2)), cx.long())
+            .await
+            .map_err(err)?,
+        || "complete after takeover refused".into(),
+    )
 }
 
 async fn expiry_is_checked_at_read_time(cx: Ctx) -> Result<(), String> {
     let key = cx.key("expiry");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-    ensure(cx.store.complete(&key, &token, &Outcome::Ok(json!(1)), cx.lease).await.map_err(err)?, || "complete refused".into())?;
-    ensure(cx.store.get(&key).await.map_err(err)?.is_some(), || "a fresh record is missing".into())?;
+    ensure(
+        cx.store
+            .complete(&key, &token, &Outcome::Ok(json!(1)), cx.lease)
+            .await
+            .map_err(err)?,
+        || "complete refused".into(),
+    )?;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_some(), || {
+        "a fresh record is missing".into()
+    })?;
     cx.lapse().await;
-    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || "an expired record is still readable before any purge".into())?;
+    ensure(cx.store.get(&key).await.map_err(err)?.is_none(), || {
+        "an expired record is still readable before any purge".into()
+    })?;
     cx.reserve(&key, &fp(2), cx.long()).await?;
     let other = cx.key("expiry-purge");
     let token = cx.reserve(&other, &fp(1), cx.long()).await?;
-    cx.store.complete(&other, &token, &Outcome::Ok(json!(1)), cx.lease).await.map_err(err)?;
+    cx.store
+        .complete(&other, &token, &Outcome::Ok(json!(1)), cx.lease)
+        .await
+        .map_err(err)?;
     cx.lapse().await;
     let purged = cx.store.purge_expired().await.map_err(err)?;
-    ensure(purged >= 1, || format!("purge_expired removed {purged} records, expected at least 1"))?;
+    ensure(purged >= 1, || {
+        format!("purge_expired removed {purged} records, expected at least 1")
+    })?;
     let record = cx.store.get(&key).await.map_err(err)?;
-    ensure(matches!(record, Some(Record::InProgress { .. })), || format!("purge touched a live record: {record:?}"))
+    ensure(matches!(record, Some(Record::InProgress { .. })), || {
+        format!("purge touched a live record: {record:?}")
+    })
 }
 
 async fn tenants_are_isolated(cx: Ctx) -> Result<(), String> {
     let key = cx.key("tenant");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-    cx.store.complete(&key, &token, &Outcome::Ok(json!("mine")), cx.long()).await.map_err(err)?;
+    cx.store
+        .complete(&key, &token, &Outcome::Ok(json!("mine")), cx.long())
+        .await
+        .map_err(err)?;
     let other = RecordKey::new(format!("{}-other", cx.tenant), key.key.clone());
-    ensure(cx.store.get(&other).await.map_err(err)?.is_none(), || "another tenant read the record".into())?;
+    ensure(cx.store.get(&other).await.map_err(err)?.is_none(), || {
+        "another tenant read the record".into()
+    })?;
     let other_token = cx.reserve(&other, &fp(2), cx.long()).await?;
-    ensure(!cx.store.release(&key, &other_token).await.map_err(err)?, || "another tenant's token released the record".into())?;
+    ensure(
+        !cx.store.release(&key, &other_token).await.map_err(err)?,
+        || "another tenant's token released the record".into(),
+    )?;
     let mine = cx.store.get(&key).await.map_err(err)?;
     ensure(
         matches!(&mine, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!("mine")),
@@ -357,15 +577,28 @@ async fn tenants_are_isolated(cx: Ctx) -> Result<(), String> {
 }
 
 async fn every_outcome_round_trips(cx: Ctx) -> Result<(), String> {
-    let outcomes: Vec<Outcome> = [json!(null), json!(0), json!(false), json!({}), json!([]), json!(""), json!({"nested": {"ü": [1.5, null]}})]
-        .into_iter()
-        .map(Outcome::Ok)
-        .chain([Outcome::Err(ToolError::new("PAYMENT_DECLINED", "card declined").suggestion("ask for another card"))])
-        .collect();
+    let outcomes: Vec<Outcome> = [
+        json!(null),
+        json!(0),
+        json!(false),
+        json!({}),
+        json!([]),
+        json!(""),
+        json!({"nested": {"ü": [1.5, null]}}),
+    ]
+    .into_iter()
+    .map(Outcome::Ok)
+    .chain([Outcome::Err(
+        ToolError::new("PAYMENT_DECLINED", "card declined").suggestion("ask for another card"),
+    )])
+    .collect();
     for (i, outcome) in outcomes.into_iter().enumerate() {
         let key = cx.key(&format!("shape-{i}"));
         let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-        cx.store.complete(&key, &token, &outcome, cx.long()).await.map_err(err)?;
+        cx.store
+            .complete(&key, &token, &outcome, cx.long())
+            .await
+            .map_err(err)?;
         let back = cx.store.get(&key).await.map_err(err)?;
         ensure(
             matches!(&back, Some(Record::Completed { outcome: o, .. }) if *o == outcome),
@@ -377,14 +610,23 @@ async fn every_outcome_round_trips(cx: Ctx) -> Result<(), String> {
 
 async fn corrupt_record_is_an_error(cx: Ctx) -> Result<(), String> {
     let Some(corrupt) = cx.corrupt.clone() else {
-        return Err("no corrupt_with hook given: the suite cannot check that corruption is loud".into());
+        return Err(
+            "no corrupt_with hook given: the suite cannot check that corruption is loud".into(),
+        );
     };
     let key = cx.key("corrupt");
     let token = cx.reserve(&key, &fp(1), cx.long()).await?;
-    cx.store.complete(&key, &token, &Outcome::Ok(json!(Value::Null)), cx.long()).await.map_err(err)?;
+    cx.store
+        .complete(&key, &token, &Outcome::Ok(json!(Value::Null)), cx.long())
+        .await
+        .map_err(err)?;
     corrupt(key.clone()).await;
     let read = cx.store.get(&key).await;
-    ensure(matches!(read, Err(StoreError::Corrupt { .. })), || format!("get of a corrupt record gave {read:?}"))?;
+    ensure(matches!(read, Err(StoreError::Corrupt { .. })), || {
+        format!("get of a corrupt record gave {read:?}")
+    })?;
     let reserve = cx.store.reserve(&key, &fp(1), cx.long()).await;
-    ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || format!("reserve of a corrupt record gave {reserve:?}"))
+    ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || {
+        format!("reserve of a corrupt record gave {reserve:?}")
+    })
 }

@@ -102,7 +102,8 @@ impl Entry {
     }
 
     fn stale(&self, now: i64) -> bool {
-        self.state == State::Unknown || (self.state == State::InProgress && self.lease_until_ms <= now)
+        self.state == State::Unknown
+            || (self.state == State::InProgress && self.lease_until_ms <= now)
     }
 
     fn held_by(&self, token: &Token) -> bool {

@@ -1,0 +1,809 @@
+//! The executor's behaviour, counted on fake outside systems.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use toolkey::store::{
+    ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
+};
+use toolkey::{
+    tool, BuildError, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox,
+};
+
+use common::{Billing, SendInvoiceScaled};
+
+fn ctx() -> ToolContext {
+    ToolContext::new("run-1").tenant("acme-corp")
+}
+
+fn invoice(customer: &str, period: &str, amount: f64, memo: &str) -> Value {
+    json!({"customer": customer, "period": period, "amount": amount, "memo": memo})
+}
+
+/// The seed's five ways, against any store.
+pub async fn five_ways(store: Arc<dyn Store>) {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
+    let toolbox = Toolbox::builder()
+        .shared_store(store)
+        .shared_state(billing.clone())
+        .tool(SendInvoiceScaled)
+        .build()
+        .unwrap();
+    let ctx = ctx();
+
+    // 1. The billing call outlasts the timeout: TIMEOUT, retryable, naming the status tool.
+    let first = toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 100.0, "October"),
+            &ctx,
+        )
+        .await;
+    let err = first.unwrap_err();
+    assert!(err.is(ErrorCode::Timeout), "{err:?}");
+    assert!(err.is_retryable());
+    assert!(err.suggestion_text().unwrap().contains("invoice_status"));
+
+    // 2. The model retries at once: the first call still runs.
+    let err = toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 100.0, "October"),
+            &ctx,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(err.suggestion_text().unwrap().contains("invoice_status"));
+
+    // 3. After it finished, a retry with a reworded memo replays the first invoice.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let replay = toolbox
+        .call(
+            "send_invoice",
+            invoice("ACME ", "2026-10", 100.0, "Invoice for October"),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert!(replay.replayed);
+    assert_eq!(replay.value["memo"], "October");
+    assert_eq!(replay.value["id"], "inv-1");
+
+    // 4. Same key, other amount: CONFLICT, not a silent replay.
+    let err = toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 120.0, "October"),
+            &ctx,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert!(!err.is_retryable());
+
+    // 5. Two simultaneous calls for another period: one TIMEOUT, one IN_PROGRESS.
+    let (a, b) = tokio::join!(
+        toolbox.call(
+            "send_invoice",
+            invoice("acme", "2026-11", 100.0, "November"),
+            &ctx
+        ),
+        toolbox.call(
+            "send_invoice",
+            invoice("acme", "2026-11", 100.0, "November"),
+            &ctx
+        ),
+    );
+    let mut codes = vec![
+        a.unwrap_err().code().to_string(),
+        b.unwrap_err().code().to_string(),
+    ];
+    codes.sort();
+    assert_eq!(codes, ["IN_PROGRESS", "TIMEOUT"]);
+
+    toolbox.shutdown().await;
+    assert_eq!(billing.count(), 2, "exactly two invoices on the ledger");
+    let stats = toolbox.stats();
+    assert_eq!(
+        (
+            stats.executed,
+            stats.replayed,
+            stats.conflicts,
+            stats.timeouts,
+            stats.in_progress
+        ),
+        (2, 1, 1, 2, 2)
+    );
+}
+
+#[tokio::test]
+async fn five_ways_on_the_memory_store() {
+    five_ways(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_concurrent_identical_calls_execute_once() {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(50)));
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(common::SendInvoice)
+        .build()
+        .unwrap();
+    let mut calls = Vec::new();
+    for _ in 0..500 {
+        let toolbox = toolbox.clone();
+        calls.push(tokio::spawn(async move {
+            toolbox
+                .call(
+                    "send_invoice",
+                    invoice("acme", "2026-10", 100.0, "October"),
+                    &ctx(),
+                )
+                .await
+        }));
+    }
+    let (mut fresh, mut replays, mut in_progress) = (0, 0, 0);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(out) if out.replayed => replays += 1,
+            Ok(_) => fresh += 1,
+            Err(err) if err.is(ErrorCode::InProgress) => in_progress += 1,
+            Err(err) => panic!("unexpected {err:?}"),
+        }
+    }
+    assert_eq!(fresh, 1);
+    assert_eq!(fresh + replays + in_progress, 500);
+    assert_eq!(billing.count(), 1);
+    assert_eq!(toolbox.stats().executed, 1);
+}
+
+/// A payment system whose next answers can be scripted.
+#[derive(Default)]
+struct Payments {
+    attempts: AtomicUsize,
+    charges: Mutex<Vec<i64>>,
+    fail_next: Mutex<Vec<ToolError>>,
+}
+
+/// Charge a card once per order.
+#[tool(idempotent(key = "charge:<order>"))]
+async fn charge(payments: State<Payments>, order: String, cents: i64) -> Result<Value, ToolError> {
+    payments.attempts.fetch_add(1, Ordering::SeqCst);
+    let scripted = payments.fail_next.lock().unwrap().pop();
+    if let Some(err) = scripted {
+        return Err(err);
+    }
+    payments.charges.lock().unwrap().push(cents);
+    Ok(json!({"order": order, "charged": cents}))
+}
+
+fn payments_toolbox(payments: Arc<Payments>) -> Toolbox {
+    Toolbox::builder()
+        .shared_state(payments)
+        .tool(Charge)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_retryable_error_releases_the_key_and_the_retry_runs() {
+    let payments = Arc::new(Payments::default());
+    payments
+        .fail_next
+        .lock()
+        .unwrap()
+        .push(ToolError::new("GATEWAY_BUSY", "try later").retryable(true));
+    let toolbox = payments_toolbox(payments.clone());
+    let err = toolbox
+        .call("charge", json!({"order": "o-1", "cents": 500}), &ctx())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "GATEWAY_BUSY");
+    let ok = toolbox
+        .call("charge", json!({"order": "o-1", "cents": 500}), &ctx())
+        .await
+        .unwrap();
+    assert!(!ok.replayed);
+    assert_eq!(payments.attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(payments.charges.lock().unwrap().len(), 1);
+    assert_eq!(toolbox.stats().released, 1);
+}
+
+#[tokio::test]
+async fn a_terminal_error_is_recorded_and_replayed() {
+    let payments = Arc::new(Payments::default());
+    payments.fail_next.lock().unwrap().push(
+        ToolError::new("PAYMENT_DECLINED", "card declined").suggestion("ask for another card"),
+    );
+    let toolbox = payments_toolbox(payments.clone());
+    let first = toolbox
+        .call("charge", json!({"order": "o-2", "cents": 500}), &ctx())
+        .await
+        .unwrap_err();
+    let second = toolbox
+        .call("charge", json!({"order": "o-2", "cents": 500}), &ctx())
+        .await
+        .unwrap_err();
+    assert_eq!(first, second);
+    assert_eq!(second.code(), "PAYMENT_DECLINED");
+    assert_eq!(payments.attempts.load(Ordering::SeqCst), 1);
+    let status = toolbox
+        .call("charge_status", json!({"order": "o-2"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "failed");
+    assert_eq!(status.value["error"]["code"], "PAYMENT_DECLINED");
+}
+
+#[tokio::test]
+async fn invalid_arguments_name_the_field_and_are_never_recorded() {
+    let payments = Arc::new(Payments::default());
+    let toolbox = payments_toolbox(payments.clone());
+    let err = toolbox
+        .call("charge", json!({"order": "o-3", "cents": "five"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments));
+    assert!(err.is_retryable());
+    assert!(err.message().contains("`cents`"), "{}", err.message());
+    assert!(
+        err.suggestion_text()
+            .unwrap()
+            .contains("`cents` as integer"),
+        "{:?}",
+        err.suggestion_text()
+    );
+    let err = toolbox
+        .call("charge", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("missing field `cents`"),
+        "{}",
+        err.message()
+    );
+    let err = toolbox
+        .call(
+            "charge",
+            json!({"order": "o-3", "cents": 1, "idempotency_key": "x"}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("unknown field `idempotency_key`"),
+        "{}",
+        err.message()
+    );
+    let status = toolbox
+        .call("charge_status", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value, json!({"status": "not_found"}));
+    toolbox
+        .call("charge", json!({"order": "o-3", "cents": 1}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(payments.attempts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn unknown_tools_list_the_ones_that_exist() {
+    let toolbox = payments_toolbox(Arc::new(Payments::default()));
+    let err = toolbox.call("refund", json!({}), &ctx()).await.unwrap_err();
+    assert!(err.is(ErrorCode::UnknownTool));
+    assert!(!err.is_retryable());
+    assert_eq!(
+        err.suggestion_text(),
+        Some("use one of: charge_status, charge")
+    );
+}
+
+#[test]
+fn two_tools_of_one_name_do_not_build() {
+    let err = Toolbox::builder()
+        .state(Payments::default())
+        .tool(Charge)
+        .tool(Charge)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!(err, BuildError::DuplicateName("charge_status".into()));
+}
+
+#[test]
+fn missing_state_does_not_build() {
+    let err = Toolbox::builder().tool(Charge).build().err().unwrap();
+    assert!(
+        matches!(err, BuildError::MissingState { ref tool, .. } if tool == "charge"),
+        "{err}"
+    );
+}
+
+/// Results of every shape.
+#[tool(idempotent(key = "shape:<which>"))]
+async fn shape(runs: State<AtomicUsize>, which: String) -> Result<Value, ToolError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(match which.as_str() {
+        "unit" => serde_json::to_value(()).unwrap(),
+        "zero" => json!(0),
+        "false" => json!(false),
+        "empty" => json!({}),
+        _ => Value::Null,
+    })
+}
+
+#[tokio::test]
+async fn falsy_results_are_recorded_and_replayed() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let toolbox = Toolbox::builder()
+        .shared_state(runs.clone())
+        .tool(Shape)
+        .build()
+        .unwrap();
+    for (which, expected) in [
+        ("unit", json!(null)),
+        ("zero", json!(0)),
+        ("false", json!(false)),
+        ("empty", json!({})),
+        ("null", json!(null)),
+    ] {
+        let first = toolbox
+            .call("shape", json!({"which": which}), &ctx())
+            .await
+            .unwrap();
+        let again = toolbox
+            .call("shape", json!({"which": which}), &ctx())
+            .await
+            .unwrap();
+        assert_eq!((first.value, first.replayed), (expected.clone(), false));
+        assert_eq!((again.value, again.replayed), (expected, true));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(SendInvoiceScaled)
+        .build()
+        .unwrap();
+    let ctx = ctx();
+    let key = json!({"customer": "acme", "period": "2026-10"});
+    let status = toolbox
+        .call("invoice_status", key.clone(), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(status.value, json!({"status": "not_found"}));
+    toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 100.0, "October"),
+            &ctx,
+        )
+        .await
+        .unwrap_err();
+    let status = toolbox
+        .call("invoice_status", key.clone(), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "in_progress");
+    assert!(status.value["since"].is_string());
+    toolbox.shutdown().await;
+    let status = toolbox
+        .call("invoice_status", key.clone(), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "completed");
+    let replay = toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 100.0, "October"),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.value["result"], replay.value);
+    assert!(status.value["completed_at"].is_string());
+    let other = ToolContext::new("run-1").tenant("globex");
+    let status = toolbox.call("invoice_status", key, &other).await.unwrap();
+    assert_eq!(status.value, json!({"status": "not_found"}));
+    assert_eq!(billing.count(), 1);
+}
+
+#[tokio::test]
+async fn tenants_neither_replay_nor_read_each_other() {
+    let billing = Arc::new(Billing::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(common::SendInvoice)
+        .build()
+        .unwrap();
+    let a = ToolContext::new("run").tenant("a");
+    let b = ToolContext::new("run").tenant("b");
+    let args = invoice("acme", "2026-10", 100.0, "October");
+    assert!(
+        !toolbox
+            .call("send_invoice", args.clone(), &a)
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert!(
+        !toolbox
+            .call("send_invoice", args.clone(), &b)
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert!(
+        toolbox
+            .call("send_invoice", args, &a)
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert_eq!(billing.count(), 2);
+}
+
+#[tokio::test]
+async fn a_dropped_caller_neither_cancels_the_body_nor_releases_its_key() {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(common::SendInvoice)
+        .build()
+        .unwrap();
+    let args = invoice("acme", "2026-10", 100.0, "October");
+    let outer = tokio::time::timeout(
+        Duration::from_millis(20),
+        toolbox.call("send_invoice", args.clone(), &ctx()),
+    )
+    .await;
+    assert!(outer.is_err(), "the outer timeout dropped the call future");
+    let err = toolbox
+        .call("send_invoice", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress));
+    toolbox.shutdown().await;
+    assert_eq!(billing.count(), 1);
+    assert!(
+        toolbox
+            .call("send_invoice", args, &ctx())
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert_eq!(billing.count(), 1);
+}
+
+/// A store that cannot be reached.
+struct Down;
+
+#[async_trait]
+impl Store for Down {
+    async fn reserve(
+        &self,
+        _: &RecordKey,
+        _: &Fingerprint,
+        _: Duration,
+    ) -> Result<Reservation, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn complete(
+        &self,
+        _: &RecordKey,
+        _: &Token,
+        _: &Outcome,
+        _: Duration,
+    ) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn release(&self, _: &RecordKey, _: &Token) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn renew(&self, _: &RecordKey, _: &Token, _: Duration) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn mark_unknown(&self, _: &RecordKey, _: &Token) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn take_over(
+        &self,
+        _: &RecordKey,
+        _: &Token,
+        _: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fails_closed() {
+    let billing = Arc::new(Billing::default());
+    let toolbox = Toolbox::builder()
+        .store(Down)
+        .shared_state(billing.clone())
+        .tool(common::SendInvoice)
+        .build()
+        .unwrap();
+    let err = toolbox
+        .call(
+            "send_invoice",
+            invoice("acme", "2026-10", 100.0, "October"),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::StoreUnavailable), "{err:?}");
+    assert!(err.is_retryable());
+    let err = toolbox
+        .call(
+            "invoice_status",
+            json!({"customer": "acme", "period": "2026-10"}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::StoreUnavailable));
+    toolbox.shutdown().await;
+    assert_eq!(billing.count(), 0);
+}
+
+/// Sends the dunning letter; a duplicate waits for the first and replays it.
+#[tool(idempotent(key = "dunning:<customer>", on_in_progress = "wait(2s)"))]
+async fn send_dunning(billing: State<Billing>, customer: String) -> Result<String, ToolError> {
+    Ok(billing.send(&customer, "dunning", 0.0, "").await.id)
+}
+
+#[tokio::test]
+async fn on_in_progress_wait_replays_the_first_call() {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(150)));
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(SendDunning)
+        .build()
+        .unwrap();
+    let ctx = ctx();
+    let (a, b) = tokio::join!(
+        toolbox.call("send_dunning", json!({"customer": "acme"}), &ctx),
+        toolbox.call("send_dunning", json!({"customer": "acme"}), &ctx),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.value, b.value);
+    assert_eq!(a.replayed as u8 + b.replayed as u8, 1);
+    assert_eq!(billing.count(), 1);
+}
+
+/// Forwards its key to the provider, as Stripe's Idempotency-Key.
+#[tool(idempotent(key = "refund:<ctx.run_id>:<ctx.step>", status = false))]
+async fn refund_forwarding_key(ctx: &ToolContext, cents: i64) -> Result<String, ToolError> {
+    let _ = cents;
+    Ok(ctx
+        .idempotency_key()
+        .expect("keyed tools see their key")
+        .to_string())
+}
+
+#[tokio::test]
+async fn the_body_reads_its_key_built_from_the_context() {
+    let toolbox = Toolbox::builder()
+        .tool(RefundForwardingKey)
+        .build()
+        .unwrap();
+    let out = toolbox
+        .call(
+            "refund_forwarding_key",
+            json!({"cents": 5}),
+            &ToolContext::new("Run-7").step(4),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("refund:run-7:4"));
+    assert_eq!(
+        toolbox.definitions().len(),
+        1,
+        "status = false adds no companion"
+    );
+}
+
+/// Posts a message to a channel (no key: every call posts).
+#[tool(unkeyed, timeout = "50ms")]
+async fn post_message(posted: State<AtomicUsize>, text: String) -> Result<(), ToolError> {
+    let _ = text;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    posted.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn unkeyed_tools_need_an_approver_and_their_timeouts_are_not_retryable() {
+    let posted = Arc::new(AtomicUsize::new(0));
+    let err = Toolbox::builder()
+        .shared_state(posted.clone())
+        .tool(PostMessage)
+        .build()
+        .err()
+        .unwrap();
+    assert_eq!(err, BuildError::NoApprover(vec!["post_message".into()]));
+
+    let refusing = Toolbox::builder()
+        .shared_state(posted.clone())
+        .tool(PostMessage)
+        .approver(|request: &toolkey::ApprovalRequest<'_>| request.arguments["text"] != "spam")
+        .build()
+        .unwrap();
+    let err = refusing
+        .call("post_message", json!({"text": "spam"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::ApprovalRequired));
+    let err = refusing
+        .call("post_message", json!({"text": "hello"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Timeout));
+    assert!(!err.is_retryable());
+    assert!(err.suggestion_text().unwrap().contains("do not repeat"));
+    refusing.shutdown().await;
+    assert_eq!(posted.load(Ordering::SeqCst), 1);
+}
+
+/// Looks up the current exchange rate.
+#[tool(read_only, timeout = "20ms")]
+async fn exchange_rate(currency: String) -> Result<f64, ToolError> {
+    let _ = currency;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(1.1)
+}
+
+#[tokio::test]
+async fn read_only_timeouts_are_retryable() {
+    let toolbox = Toolbox::builder().tool(ExchangeRate).build().unwrap();
+    let err = toolbox
+        .call("exchange_rate", json!({"currency": "USD"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Timeout) && err.is_retryable());
+}
+
+/// The outside system a crashed worker may or may not have reached.
+#[derive(Default)]
+struct Ledger {
+    refunds: Mutex<Vec<String>>,
+    /// What the recover hook finds.
+    found: Mutex<Option<String>>,
+    lookups: AtomicUsize,
+}
+
+/// Refund one order.
+#[tool(idempotent(key = "refund:<order>", recover = find_refund), lease = "30s")]
+async fn refund(ledger: State<Ledger>, order: String) -> Result<String, ToolError> {
+    ledger.refunds.lock().unwrap().push(order.clone());
+    Ok(format!("refund-of-{order}"))
+}
+
+/// Looks the refund up by order before acting again.
+async fn find_refund(ledger: State<Ledger>, order: String) -> Result<Option<String>, ToolError> {
+    let _ = order;
+    ledger.lookups.fetch_add(1, Ordering::SeqCst);
+    Ok(ledger.found.lock().unwrap().clone())
+}
+
+/// The same refund without a hook.
+#[tool(idempotent(key = "refund:<order>"), name = "refund_blind")]
+async fn refund_without_hook(ledger: State<Ledger>, order: String) -> Result<String, ToolError> {
+    ledger.refunds.lock().unwrap().push(order.clone());
+    Ok(format!("refund-of-{order}"))
+}
+
+/// A worker that reserved the refund's key and died: its reservation is left in the shared store.
+async fn crashed_worker(store: &MemoryStore, tool: &dyn Tool, order: &str) {
+    let call = tool.prepare(json!({"order": order}), &ctx()).unwrap();
+    let key = RecordKey::new("acme-corp", call.key().unwrap().as_str());
+    let reserved = store
+        .reserve(&key, call.fingerprint().unwrap(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(reserved, Reservation::Reserved(_)));
+}
+
+async fn after_a_crash(
+    found: Option<&str>,
+    with_hook: bool,
+) -> (Result<toolkey::ToolOutput, ToolError>, Arc<Ledger>, Toolbox) {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let ledger = Arc::new(Ledger::default());
+    *ledger.found.lock().unwrap() = found.map(str::to_string);
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(ledger.clone())
+        .tool(Refund)
+        .tool(RefundWithoutHook)
+        .build()
+        .unwrap();
+    let (name, tool): (&str, &dyn Tool) = if with_hook {
+        ("refund", &Refund)
+    } else {
+        ("refund_blind", &RefundWithoutHook)
+    };
+    crashed_worker(&store, tool, "o-9").await;
+    let err = toolbox
+        .call(name, json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(
+        err.is(ErrorCode::InProgress),
+        "until the lease lapses: {err:?}"
+    );
+    clock.advance(Duration::from_secs(31));
+    let result = toolbox.call(name, json!({"order": "o-9"}), &ctx()).await;
+    (result, ledger, toolbox)
+}
+
+#[tokio::test]
+async fn a_stale_reservation_without_a_hook_is_outcome_unknown() {
+    let (result, ledger, toolbox) = after_a_crash(None, false).await;
+    let err = result.unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    assert!(!err.is_retryable());
+    let status = toolbox
+        .call("refund_blind_status", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "unknown");
+    assert_eq!(ledger.refunds.lock().unwrap().len(), 0);
+    assert_eq!(toolbox.stats().unknown, 1);
+}
+
+#[tokio::test]
+async fn a_stale_reservation_whose_lookup_finds_nothing_runs_once() {
+    let (result, ledger, toolbox) = after_a_crash(None, true).await;
+    let out = result.unwrap();
+    assert_eq!(out.value, json!("refund-of-o-9"));
+    assert!(!out.replayed);
+    assert!(
+        toolbox
+            .call("refund", json!({"order": "o-9"}), &ctx())
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert_eq!(ledger.refunds.lock().unwrap().len(), 1);
+    assert_eq!(ledger.lookups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_stale_reservation_whose_lookup_finds_the_effect_runs_nothing() {
+    let (result, ledger, toolbox) = after_a_crash(Some("refund-found-by-lookup"), true).await;
+    let out = result.unwrap();
+    assert_eq!(out.value, json!("refund-found-by-lookup"));
+    let status = toolbox
+        .call("refund_status", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "completed");
+    assert_eq!(status.value["result"], "refund-found-by-lookup");
+    assert_eq!(ledger.refunds.lock().unwrap().len(), 0);
+    assert_eq!(toolbox.stats().recovered, 1);
+}
