@@ -1,1 +1,197 @@
-fn main() {}
+//! What keys, fingerprints and the store cost on the call path, as ratios to a direct call.
+//!
+//! `cargo bench --bench call`
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::json;
+use toolkey::store::MemoryStore;
+use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+
+#[derive(Default)]
+struct Ledger {
+    sent: AtomicU64,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Invoice {
+    id: u64,
+    customer: String,
+    amount: f64,
+}
+
+/// Send an invoice.
+#[tool(idempotent(key = "invoice:<customer>:<period>"))]
+async fn send_invoice(
+    ledger: State<Ledger>,
+    customer: String,
+    period: String,
+    amount: f64,
+) -> Result<Invoice, ToolError> {
+    let _ = period;
+    let id = ledger.sent.fetch_add(1, Ordering::Relaxed);
+    Ok(Invoice {
+        id,
+        customer,
+        amount,
+    })
+}
+
+/// Look up an invoice (no key).
+#[tool(read_only)]
+async fn peek_invoice(
+    ledger: State<Ledger>,
+    customer: String,
+    period: String,
+    amount: f64,
+) -> Result<Invoice, ToolError> {
+    let _ = period;
+    let id = ledger.sent.load(Ordering::Relaxed);
+    Ok(Invoice {
+        id,
+        customer,
+        amount,
+    })
+}
+
+fn toolbox(store: Option<Arc<dyn toolkey::store::Store>>, ledger: Arc<Ledger>) -> Toolbox {
+    let mut builder = Toolbox::builder()
+        .shared_state(ledger)
+        .tool(SendInvoice)
+        .tool(PeekInvoice);
+    if let Some(store) = store {
+        builder = builder.shared_store(store);
+    }
+    builder.build().unwrap()
+}
+
+fn stores() -> Vec<(&'static str, Arc<dyn toolkey::store::Store>)> {
+    let mut stores: Vec<(&'static str, Arc<dyn toolkey::store::Store>)> =
+        vec![("memory", Arc::new(MemoryStore::new()))];
+    #[cfg(all(feature = "sqlite", toolkey_sqlite_store))]
+    {
+        let dir = std::env::temp_dir().join(format!("toolkey-bench-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        stores.push((
+            "sqlite",
+            Arc::new(toolkey::store::SqliteStore::open(&dir).unwrap()),
+        ));
+    }
+    stores
+}
+
+fn bench(c: &mut Criterion) {
+    // The caller and the spawned body share one thread, so the figures are the CPU cost of the
+    // call path; `keyed first call (memory, 2 workers)` adds the cross-thread hand-off a
+    // multi-threaded runtime pays when the body lands on another worker.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ctx = ToolContext::new("bench").tenant("acme");
+    let ledger = Arc::new(Ledger::default());
+    let mut group = c.benchmark_group("call");
+
+    group.bench_function("direct body", |b| {
+        b.to_async(&rt).iter(|| {
+            let ledger = State(ledger.clone());
+            async move {
+                send_invoice(ledger, "acme".into(), "2026-10".into(), 100.0)
+                    .await
+                    .unwrap()
+            }
+        })
+    });
+
+    let plain = toolbox(None, ledger.clone());
+    group.bench_function("toolbox read_only", |b| {
+        b.to_async(&rt).iter(|| async {
+            plain
+                .call(
+                    "peek_invoice",
+                    json!({"customer": "acme", "period": "2026-10", "amount": 100.0}),
+                    &ctx,
+                )
+                .await
+                .unwrap()
+        })
+    });
+
+    for (name, store) in stores() {
+        let toolbox = toolbox(Some(store), ledger.clone());
+        let n = AtomicU64::new(0);
+        group.bench_function(format!("keyed first call ({name})"), |b| {
+            b.to_async(&rt).iter(|| {
+                let customer = format!("c{}", n.fetch_add(1, Ordering::Relaxed));
+                let toolbox = &toolbox;
+                let ctx = &ctx;
+                async move {
+                    let out = toolbox
+                        .call(
+                            "send_invoice",
+                            json!({"customer": customer, "period": "2026-10", "amount": 100.0}),
+                            ctx,
+                        )
+                        .await
+                        .unwrap();
+                    assert!(!out.replayed);
+                }
+            })
+        });
+        rt.block_on(toolbox.call(
+            "send_invoice",
+            json!({"customer": "acme", "period": "2026-10", "amount": 100.0}),
+            &ctx,
+        ))
+        .unwrap();
+        group.bench_function(format!("keyed replay ({name})"), |b| {
+            b.to_async(&rt).iter(|| async {
+                let out = toolbox
+                    .call(
+                        "send_invoice",
+                        json!({"customer": "acme", "period": "2026-10", "amount": 100.0}),
+                        &ctx,
+                    )
+                    .await
+                    .unwrap();
+                assert!(out.replayed);
+            })
+        });
+    }
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let toolbox = toolbox(None, ledger.clone());
+    let n = AtomicU64::new(0);
+    group.bench_function("keyed first call (memory, 2 workers)", |b| {
+        b.to_async(&multi).iter(|| {
+            let customer = format!("m{}", n.fetch_add(1, Ordering::Relaxed));
+            let toolbox = &toolbox;
+            let ctx = &ctx;
+            async move {
+                toolbox
+                    .call(
+                        "send_invoice",
+                        json!({"customer": customer, "period": "2026-10", "amount": 100.0}),
+                        ctx,
+                    )
+                    .await
+                    .unwrap()
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3)).warm_up_time(std::time::Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);

@@ -807,3 +807,99 @@ async fn a_stale_reservation_whose_lookup_finds_the_effect_runs_nothing() {
     assert_eq!(ledger.refunds.lock().unwrap().len(), 0);
     assert_eq!(toolbox.stats().recovered, 1);
 }
+
+/// A two-step tool's outside world: invoices created and emails sent, and a crash switch.
+#[derive(Default)]
+struct Mailroom {
+    created: AtomicUsize,
+    emailed: AtomicUsize,
+    crash_between_steps: std::sync::atomic::AtomicBool,
+}
+
+/// Create the invoice, then email it: each step at most once.
+#[tool(idempotent(key = "invoice:<customer>:<period>", recover = resume_steps))]
+async fn invoice_and_email(
+    mail: State<Mailroom>,
+    ctx: &ToolContext,
+    customer: String,
+    period: String,
+) -> Result<String, ToolError> {
+    let id: String = ctx
+        .once("invoice-create", async {
+            let n = mail.created.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok::<_, ToolError>(format!("inv-{n}-{customer}-{period}"))
+        })
+        .await?;
+    if mail.crash_between_steps.swap(false, Ordering::SeqCst) {
+        panic!("worker crashed between the steps");
+    }
+    ctx.once("invoice-email", async {
+        mail.emailed.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, ToolError>(())
+    })
+    .await?;
+    Ok(id)
+}
+
+/// Every effect of `invoice_and_email` is its own keyed step, so after a crash it is safe to run
+/// the body again: finished steps replay, missing ones run.
+async fn resume_steps(
+    _mail: State<Mailroom>,
+    _ctx: &ToolContext,
+    _customer: String,
+    _period: String,
+) -> Result<Option<String>, ToolError> {
+    Ok(None)
+}
+
+#[tokio::test]
+async fn a_multi_step_tool_that_crashed_between_steps_runs_each_step_once() {
+    let mail = Arc::new(Mailroom::default());
+    mail.crash_between_steps.store(true, Ordering::SeqCst);
+    let toolbox = Toolbox::builder()
+        .shared_state(mail.clone())
+        .tool(InvoiceAndEmail)
+        .build()
+        .unwrap();
+    let args = json!({"customer": "acme", "period": "2026-10"});
+    let err = toolbox
+        .call("invoice_and_email", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    assert!(err.message().contains("worker crashed between the steps"));
+    assert_eq!(
+        (
+            mail.created.load(Ordering::SeqCst),
+            mail.emailed.load(Ordering::SeqCst)
+        ),
+        (1, 0)
+    );
+
+    let out = toolbox
+        .call("invoice_and_email", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("inv-1-acme-2026-10"));
+    let again = toolbox
+        .call("invoice_and_email", args, &ctx())
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        (
+            mail.created.load(Ordering::SeqCst),
+            mail.emailed.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn once_outside_a_keyed_tool_is_an_error_not_a_silent_repeat() {
+    let err = ToolContext::new("r")
+        .once("step", async { Ok::<_, ToolError>(1) })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("needs a keyed tool"));
+}
