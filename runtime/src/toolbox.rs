@@ -119,6 +119,9 @@ pub enum BuildError {
         /// The state type.
         type_name: &'static str,
     },
+    /// A setting names a tool the toolbox does not have.
+    #[error("a timeout is set for `{0}`, and there is no tool of that name")]
+    UnknownTool(String),
     /// `unkeyed` tools without an approver.
     #[error("tools {0:?} are `unkeyed` (effects without a key): give the toolbox an approver with .approver(..)")]
     NoApprover(Vec<String>),
@@ -170,9 +173,21 @@ pub struct ToolboxBuilder {
     state: StateMap,
     tools: Vec<Box<dyn Tool>>,
     approver: Option<Arc<dyn Approver>>,
+    timeouts: HashMap<String, Option<std::time::Duration>>,
 }
 
 impl ToolboxBuilder {
+    /// Overrides the `timeout` a tool declared, for this toolbox: `None` waits until the body
+    /// ends. For deployments and tests that need other timings than the attribute's.
+    pub fn timeout(
+        mut self,
+        tool: impl Into<String>,
+        timeout: Option<std::time::Duration>,
+    ) -> Self {
+        self.timeouts.insert(tool.into(), timeout);
+        self
+    }
+
     /// The store that enforces keys ([`MemoryStore`] when not set).
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Some(Arc::new(store));
@@ -224,8 +239,12 @@ impl ToolboxBuilder {
             definitions.push(def);
             Ok(())
         };
+        let mut timeouts = self.timeouts;
         for tool in self.tools {
-            let definition = tool.definition();
+            let mut definition = tool.definition();
+            if let Some(timeout) = timeouts.remove(&definition.name) {
+                definition.settings.timeout = timeout;
+            }
             for need in &definition.needs {
                 if !self.state.contains(need.type_id) {
                     return Err(BuildError::MissingState {
@@ -258,6 +277,9 @@ impl ToolboxBuilder {
                 Entry::Tool(Arc::new(registered)),
                 definition,
             )?;
+        }
+        if let Some(name) = timeouts.into_keys().next() {
+            return Err(BuildError::UnknownTool(name));
         }
         if !unkeyed.is_empty() && self.approver.is_none() {
             return Err(BuildError::NoApprover(unkeyed));
