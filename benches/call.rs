@@ -72,7 +72,7 @@ fn toolbox(store: Option<Arc<dyn toolkey::store::Store>>, ledger: Arc<Ledger>) -
 fn stores() -> Vec<(&'static str, Arc<dyn toolkey::store::Store>)> {
     let mut stores: Vec<(&'static str, Arc<dyn toolkey::store::Store>)> =
         vec![("memory", Arc::new(MemoryStore::new()))];
-    #[cfg(all(feature = "sqlite", toolkey_sqlite_store))]
+    #[cfg(feature = "sqlite")]
     {
         let dir = std::env::temp_dir().join(format!("toolkey-bench-{}.db", std::process::id()));
         let _ = std::fs::remove_file(&dir);

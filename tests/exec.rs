@@ -26,7 +26,7 @@ fn invoice(customer: &str, period: &str, amount: f64, memo: &str) -> Value {
 }
 
 /// The seed's five ways, against any store.
-pub async fn five_ways(store: Arc<dyn Store>) {
+async fn five_ways(store: Arc<dyn Store>) {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
     let toolbox = Toolbox::builder()
         .shared_store(store)
@@ -126,6 +126,13 @@ pub async fn five_ways(store: Arc<dyn Store>) {
 #[tokio::test]
 async fn five_ways_on_the_memory_store() {
     five_ways(Arc::new(MemoryStore::new())).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn five_ways_on_the_sqlite_store() {
+    let dir = tempfile::tempdir().unwrap();
+    five_ways(Arc::new(toolkey::store::SqliteStore::open(dir.path().join("toolkey.db")).unwrap())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
