@@ -34,7 +34,7 @@ fn check_signature(cx: &Ctxt, tool: &Tool) {
     let sig = &tool.func.sig;
     if sig.asyncness.is_none() {
         cx.error_spanned_by(
-            &sig.fn_token,
+            sig.fn_token,
             "`#[tool]` needs an `async fn`: write `async fn`",
         );
     }

@@ -86,7 +86,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.kind {
-            ParamKind::State(inner) => Some((format_ident!("__state{}", i), inner)),
+            ParamKind::State(inner) => Some((format_ident!("__state{}", i), &**inner)),
             _ => None,
         })
         .collect();

@@ -37,7 +37,7 @@ pub struct Keyed {
 
 pub enum ParamKind {
     /// `State<T>`: injected from the toolbox; holds `T`.
-    State(Type),
+    State(Box<Type>),
     /// `&ToolContext`: injected.
     Context,
     /// Filled by the model.
@@ -151,7 +151,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
         let pat_type = match arg {
             FnArg::Receiver(receiver) => {
                 cx.error_spanned_by(
-                    &receiver.self_token,
+                    receiver.self_token,
                     "a `#[tool]` fn cannot take `self`: tools are free functions; pass shared things as `State<T>`",
                 );
                 continue;
@@ -229,7 +229,7 @@ fn classify(ty: &Type) -> ParamKind {
             Some(seg) if seg.ident == "State" => match &seg.arguments {
                 syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => {
                     match &args.args[0] {
-                        syn::GenericArgument::Type(inner) => ParamKind::State(inner.clone()),
+                        syn::GenericArgument::Type(inner) => ParamKind::State(Box::new(inner.clone())),
                         _ => ParamKind::Model,
                     }
                 }
