@@ -7,6 +7,7 @@
 mod context;
 mod error;
 mod exec;
+mod export;
 mod fingerprint;
 mod key;
 pub mod store;

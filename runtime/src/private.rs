@@ -71,10 +71,17 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
         .map_err(|e| ToolError::internal(format!("the tool's result cannot be serialized: {e}")))
 }
 
-/// The canonical schema of `T`: JSON Schema 2020-12, as schemars derives it.
+/// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
+/// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)
+/// and with every plain object closed, as the arguments struct itself is.
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
-    generator.into_root_schema_for::<T>().to_value()
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(root) = &mut schema {
+        root.remove("title");
+    }
+    crate::export::close_objects(&mut schema);
+    schema
 }
 
 /// The schema of a result type.

@@ -1,0 +1,435 @@
+//! Schema profiles: the one canonical JSON Schema (2020-12) of a tool, rewritten into the dialect
+//! each LLM API accepts.
+//!
+//! | method | shape | schema rules |
+//! |---|---|---|
+//! | [`ToolDefinition::to_openai`] | Chat Completions `{"type": "function", "function": {..}}` | strict mode |
+//! | [`ToolDefinition::to_openai_responses`] | Responses `{"type": "function", "name", ..}` | strict mode |
+//! | [`ToolDefinition::to_anthropic`] | `{"name", "description", "input_schema"}` | no top-level `oneOf`/`anyOf`/`allOf` |
+//! | [`ToolDefinition::to_gemini`] | a function declaration | OpenAPI 3.0 subset, no `$ref` |
+//! | [`ToolDefinition::to_mcp`] | an MCP `Tool` | optional fields without `null` |
+//!
+//! Every profile is a pure function over [`serde_json::Value`]: it knows nothing of stores or the
+//! executor. The exports only ever loosen what the model is told in ways the tool's own argument
+//! parsing still enforces (a dropped `maxLength`, say); they never describe a call the tool
+//! would refuse as valid in the other direction.
+//!
+//! [`ToolDefinition::to_openai`]: crate::ToolDefinition::to_openai
+//! [`ToolDefinition::to_openai_responses`]: crate::ToolDefinition::to_openai_responses
+//! [`ToolDefinition::to_anthropic`]: crate::ToolDefinition::to_anthropic
+//! [`ToolDefinition::to_gemini`]: crate::ToolDefinition::to_gemini
+//! [`ToolDefinition::to_mcp`]: crate::ToolDefinition::to_mcp
+
+mod anthropic;
+mod gemini;
+mod mcp;
+pub(crate) mod openai;
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+type Object = Map<String, Value>;
+
+/// Keywords whose value is one subschema.
+const ONE: &[&str] = &[
+    "additionalProperties",
+    "items",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+];
+/// Keywords whose value maps names to subschemas.
+const MAP: &[&str] = &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+/// Keywords whose value is a list of subschemas.
+const LIST: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
+
+/// Calls `f` with the keyword and each subschema directly below `schema`. Data keywords
+/// (`enum`, `const`, `default`, `examples`) are not schemas and are never visited.
+fn for_each_child(schema: &Object, mut f: impl FnMut(&str, &Value)) {
+    for (keyword, value) in schema {
+        let keyword = keyword.as_str();
+        match value {
+            Value::Object(map) if MAP.contains(&keyword) => map.values().for_each(|v| f(keyword, v)),
+            Value::Array(list) if LIST.contains(&keyword) || keyword == "items" => {
+                list.iter().for_each(|v| f(keyword, v))
+            }
+            _ if ONE.contains(&keyword) => f(keyword, value),
+            _ => {}
+        }
+    }
+}
+
+/// [`for_each_child`], mutably.
+fn for_each_child_mut(schema: &mut Object, mut f: impl FnMut(&str, &mut Value)) {
+    for (keyword, value) in schema.iter_mut() {
+        let keyword = keyword.as_str();
+        match value {
+            Value::Object(map) if MAP.contains(&keyword) => map.values_mut().for_each(|v| f(keyword, v)),
+            Value::Array(list) if LIST.contains(&keyword) || keyword == "items" => {
+                list.iter_mut().for_each(|v| f(keyword, v))
+            }
+            _ if ONE.contains(&keyword) => f(keyword, value),
+            _ => {}
+        }
+    }
+}
+
+/// Closes every object schema of a canonical schema with `additionalProperties: false`, as the
+/// `#[tool]` arguments struct itself is closed, so a model is never told it may add fields.
+///
+/// Objects that already say what extra properties may be (maps, `patternProperties`) stay as
+/// they are, and so do objects combined with `allOf`/`anyOf`/`oneOf`: there the other branches
+/// validate the same instance, and closing one branch would forbid the fields of the others.
+pub(crate) fn close_objects(schema: &mut Value) {
+    close(schema, true);
+}
+
+fn close(schema: &mut Value, may_close: bool) {
+    let Value::Object(map) = schema else { return };
+    let composed = ["allOf", "anyOf", "oneOf", "$ref"].iter().any(|k| map.contains_key(*k));
+    let open = ["additionalProperties", "unevaluatedProperties", "patternProperties"];
+    let has_properties = map.contains_key("properties");
+    if may_close && has_properties && !composed && !open.iter().any(|k| map.contains_key(*k)) {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for_each_child_mut(map, |keyword, child| {
+        let may_close = match keyword {
+            "allOf" | "if" | "then" | "else" | "not" | "dependentSchemas" => false,
+            "anyOf" | "oneOf" => !has_properties,
+            _ => true,
+        };
+        close(child, may_close);
+    });
+}
+
+/// The local definition a `$ref` names: `#/$defs/Name` (or `#/definitions/Name`).
+fn def_name(reference: &str) -> Option<String> {
+    let name = reference.strip_prefix("#/$defs/").or_else(|| reference.strip_prefix("#/definitions/"))?;
+    (!name.contains('/')).then(|| name.replace("~1", "/").replace("~0", "~"))
+}
+
+/// The definitions of a root schema, by name.
+fn definitions(root: &Value) -> Object {
+    let mut defs = Object::new();
+    for keyword in ["definitions", "$defs"] {
+        if let Some(Value::Object(map)) = root.get(keyword) {
+            defs.extend(map.clone());
+        }
+    }
+    defs
+}
+
+/// Which `$ref`s [`inline_refs`] replaces by the definition they point to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inline {
+    /// Every one (for APIs that do not resolve references).
+    All,
+    /// Those with sibling keywords, such as a field's `description` beside `$ref`.
+    WithSiblings,
+}
+
+/// Replaces `$ref`s by a copy of their definition, the use site's own keywords winning: a
+/// field's doc comment says more than its type's.
+///
+/// A reference back into a definition being inlined cannot be inlined: with [`Inline::All`] it
+/// becomes a plain `{"type": "object"}` (the recursion is cut), with [`Inline::WithSiblings`] it
+/// stays a bare `$ref` and loses its siblings.
+fn inline_refs(schema: &mut Value, which: Inline) {
+    let defs = definitions(schema);
+    inline(schema, &defs, which, &mut Vec::new());
+}
+
+fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String>) {
+    let Value::Object(map) = node else { return };
+    let target = map.get("$ref").and_then(Value::as_str).and_then(def_name);
+    if let Some(name) = target {
+        let wanted = which == Inline::All || map.len() > 1;
+        if wanted && stack.contains(&name) {
+            match which {
+                Inline::All => {
+                    map.remove("$ref");
+                    map.insert("type".into(), json!("object"));
+                }
+                Inline::WithSiblings => map.retain(|k, _| k == "$ref"),
+            }
+            return;
+        }
+        if let (true, Some(def)) = (wanted, defs.get(&name)) {
+            let mut merged = match def {
+                Value::Object(def) => def.clone(),
+                _ => Object::new(),
+            };
+            map.remove("$ref");
+            merged.extend(std::mem::take(map));
+            *map = merged;
+            stack.push(name);
+            for_each_child_mut(map, |_, child| inline(child, defs, which, stack));
+            stack.pop();
+            return;
+        }
+    }
+    for_each_child_mut(map, |_, child| inline(child, defs, which, stack));
+}
+
+/// Follows `$ref`s to the object schema they name.
+fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
+    for _ in 0..32 {
+        let map = schema.as_object()?;
+        let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(def_name) else {
+            return Some(map);
+        };
+        schema = root.get("$defs").and_then(|d| d.get(&name)).or_else(|| root.get("definitions")?.get(&name))?;
+    }
+    None
+}
+
+/// Removes the definitions nothing refers to any more, and `$defs` itself when it is empty.
+fn prune_defs(schema: &mut Value) {
+    let defs = definitions(schema);
+    let Value::Object(root) = &*schema else { return };
+    let mut body = root.clone();
+    body.remove("$defs");
+    body.remove("definitions");
+    let mut pending = Vec::new();
+    collect_refs(&Value::Object(body), &mut pending);
+    let mut used = BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if let (true, Some(def)) = (used.insert(name.clone()), defs.get(&name)) {
+            collect_refs(def, &mut pending);
+        }
+    }
+    let Value::Object(root) = schema else { return };
+    for keyword in ["$defs", "definitions"] {
+        if let Some(Value::Object(map)) = root.get_mut(keyword) {
+            map.retain(|name, _| used.contains(name));
+            if map.is_empty() {
+                root.remove(keyword);
+            }
+        }
+    }
+}
+
+/// Every definition named by a `$ref` at or below `value`.
+fn collect_refs(value: &Value, out: &mut Vec<String>) {
+    let Value::Object(map) = value else { return };
+    if let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(def_name) {
+        out.push(name);
+    }
+    for_each_child(map, |_, child| collect_refs(child, out));
+}
+
+/// Merges the branches of an `allOf` into the schema holding it: properties and `required` are
+/// united, other keywords copied. False (and nothing changed) when two branches disagree on a
+/// keyword, or a branch is not an object schema.
+fn merge_all_of(map: &mut Object) -> bool {
+    let Some(Value::Array(branches)) = map.get("allOf") else { return true };
+    let mut merged = map.clone();
+    merged.remove("allOf");
+    for branch in branches {
+        let Value::Object(branch) = branch else { return false };
+        for (keyword, value) in branch {
+            match (keyword.as_str(), merged.get_mut(keyword)) {
+                (_, None) => {
+                    merged.insert(keyword.clone(), value.clone());
+                }
+                ("properties", Some(Value::Object(properties))) => {
+                    let Value::Object(more) = value else { return false };
+                    for (name, schema) in more {
+                        if properties.get(name).is_some_and(|s| s != schema) {
+                            return false;
+                        }
+                        properties.insert(name.clone(), schema.clone());
+                    }
+                }
+                ("required", Some(Value::Array(required))) => {
+                    for name in value.as_array().into_iter().flatten() {
+                        if !required.contains(name) {
+                            required.push(name.clone());
+                        }
+                    }
+                }
+                ("description", Some(_)) => {}
+                (_, Some(existing)) if existing == value => {}
+                _ => return false,
+            }
+        }
+    }
+    *map = merged;
+    true
+}
+
+/// True when the schema's `type` is or includes `ty`.
+fn has_type(map: &Object, ty: &str) -> bool {
+    match map.get("type") {
+        Some(Value::String(t)) => t == ty,
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == ty),
+        _ => false,
+    }
+}
+
+/// True when the schema is an object schema: by its `type`, or by having `properties`.
+fn is_object(map: &Object) -> bool {
+    has_type(map, "object") || (!map.contains_key("type") && map.contains_key("properties"))
+}
+
+/// True when `null` is certainly valid against the schema (a `$ref` is not followed).
+fn accepts_null(schema: &Value) -> bool {
+    match schema {
+        Value::Bool(b) => *b,
+        Value::Object(map) => {
+            let by_type = has_type(map, "null") && !map.get("enum").is_some_and(|e| !contains_null(e));
+            let by_enum = !map.contains_key("type") && map.get("enum").is_some_and(contains_null);
+            let by_const = map.get("const") == Some(&Value::Null);
+            let by_branch = ["anyOf", "oneOf"].iter().any(|k| {
+                map.get(*k).and_then(Value::as_array).is_some_and(|bs| bs.iter().any(accepts_null))
+            });
+            by_type || by_enum || by_const || by_branch
+        }
+        _ => false,
+    }
+}
+
+fn contains_null(values: &Value) -> bool {
+    values.as_array().is_some_and(|vs| vs.contains(&Value::Null))
+}
+
+/// The names in an object schema's `required`.
+fn required(map: &Object) -> BTreeSet<String> {
+    map.get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Removes what makes an optional field's schema accept `null`: `["string", "null"]` becomes
+/// `"string"`, `anyOf: [X, {"type": "null"}]` becomes X. For APIs and clients that read
+/// "optional" from `required` alone and trip over the null union.
+fn strip_null(schema: &mut Value) {
+    let Value::Object(map) = schema else { return };
+    if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types.remove(0);
+            map.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(values)) = map.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = map.get_mut(keyword) else { continue };
+        branches.retain(|b| !is_null_schema(b));
+        if branches.len() == 1 {
+            let Some(Value::Object(only)) = branches.pop() else { continue };
+            map.remove(keyword);
+            for (k, v) in only {
+                map.entry(k).or_insert(v);
+            }
+        }
+    }
+}
+
+/// `{"type": "null"}`, with or without annotations.
+fn is_null_schema(schema: &Value) -> bool {
+    schema.get("type") == Some(&json!("null")) || schema.get("const") == Some(&Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closes_plain_objects_but_not_composed_ones() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "object", "properties": {"x": {"type": "string"}}},
+                "map": {"type": "object", "additionalProperties": {"type": "string"}},
+                "flat": {
+                    "type": "object",
+                    "properties": {"y": {"type": "string"}},
+                    "oneOf": [{"properties": {"k": {"const": "one"}}}]
+                }
+            }
+        });
+        close_objects(&mut schema);
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["properties"]["a"]["additionalProperties"], false);
+        assert_eq!(schema["properties"]["map"]["additionalProperties"], json!({"type": "string"}));
+        assert!(schema["properties"]["flat"].get("additionalProperties").is_none());
+        assert!(schema["properties"]["flat"]["oneOf"][0].get("additionalProperties").is_none());
+    }
+
+    #[test]
+    fn inlines_refs_with_siblings_and_keeps_recursion_finite() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"$ref": "#/$defs/Node", "description": "the field"},
+                "b": {"$ref": "#/$defs/Node"}
+            },
+            "$defs": {"Node": {
+                "type": "object",
+                "description": "the type",
+                "properties": {"next": {"$ref": "#/$defs/Node", "description": "next one"}}
+            }}
+        });
+        inline_refs(&mut schema, Inline::WithSiblings);
+        prune_defs(&mut schema);
+        let a = &schema["properties"]["a"];
+        assert_eq!(a["description"], "the field");
+        assert_eq!(a["properties"]["next"], json!({"$ref": "#/$defs/Node"}));
+        assert_eq!(schema["properties"]["b"], json!({"$ref": "#/$defs/Node"}));
+        assert!(schema["$defs"].get("Node").is_some());
+
+        inline_refs(&mut schema, Inline::All);
+        schema.as_object_mut().unwrap().remove("$defs");
+        let text = schema.to_string();
+        assert!(!text.contains("$ref"), "{text}");
+        assert_eq!(schema["properties"]["b"]["properties"]["next"]["type"], "object");
+    }
+
+    #[test]
+    fn prunes_only_unreferenced_definitions() {
+        let mut schema = json!({
+            "properties": {"a": {"$ref": "#/$defs/A"}},
+            "$defs": {"A": {"items": {"$ref": "#/$defs/B"}}, "B": {}, "C": {}}
+        });
+        prune_defs(&mut schema);
+        let names: Vec<&String> = schema["$defs"].as_object().unwrap().keys().collect();
+        assert_eq!(names, ["A", "B"]);
+    }
+
+    #[test]
+    fn merges_compatible_all_of_and_refuses_conflicts() {
+        let mut ok = json!({"allOf": [
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}
+        ]});
+        assert!(merge_all_of(ok.as_object_mut().unwrap()));
+        assert_eq!(ok["required"], json!(["a", "b"]));
+        assert!(ok.get("allOf").is_none());
+
+        let mut conflict = json!({"allOf": [{"type": "object"}, {"type": "string"}]});
+        assert!(!merge_all_of(conflict.as_object_mut().unwrap()));
+        assert!(conflict.get("allOf").is_some());
+    }
+
+    #[test]
+    fn strips_null_from_unions() {
+        let mut a = json!({"type": ["string", "null"], "description": "d"});
+        strip_null(&mut a);
+        assert_eq!(a, json!({"type": "string", "description": "d"}));
+        let mut b = json!({"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}], "description": "d"});
+        strip_null(&mut b);
+        assert_eq!(b, json!({"$ref": "#/$defs/X", "description": "d"}));
+        assert!(accepts_null(&json!({"anyOf": [{"type": "string"}, {"type": "null"}]})));
+        assert!(!accepts_null(&json!({"type": ["string", "null"], "enum": ["a"]})));
+    }
+}

@@ -1,0 +1,372 @@
+//! OpenAI function tools, Chat Completions and Responses forms, with strict-mode schemas.
+//!
+//! Strict mode (structured outputs) accepts a subset of JSON Schema: every object closed with
+//! `additionalProperties: false`, every property listed in `required` (an optional one is a union
+//! with `null`), `anyOf` but no `oneOf`/`allOf`, no `$ref` with sibling keywords, a short list of
+//! `format`s, and no `default`. A schema that needs more than that (a map, a tuple, an arbitrary
+//! JSON value) is exported as it is with `"strict": false`, which OpenAI accepts too.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use super::{
+    accepts_null, for_each_child_mut, inline_refs, is_object, merge_all_of, prune_defs, required, resolve, Inline,
+    Object,
+};
+use crate::ToolDefinition;
+
+/// The keywords strict mode accepts.
+pub(crate) const KEYWORDS: &[&str] = &[
+    "type",
+    "description",
+    "title",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "anyOf",
+    "$ref",
+    "$defs",
+    "definitions",
+    "pattern",
+    "format",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "minItems",
+    "maxItems",
+];
+
+/// The string formats strict mode accepts.
+pub(crate) const FORMATS: &[&str] =
+    &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+
+/// Keywords strict mode cannot express: a schema using one is exported with `"strict": false`.
+const NOT_STRICT: &[&str] = &[
+    "patternProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "prefixItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependentRequired",
+];
+
+impl ToolDefinition {
+    /// The tool for OpenAI's Chat Completions API, for the request's `tools` list:
+    /// `{"type": "function", "function": {"name", "description", "parameters", "strict"}}`.
+    ///
+    /// The parameters are a strict-mode schema: optional fields are required and accept `null`,
+    /// which the [`providers::openai`](crate::providers::openai) adapters read as "not given".
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolkey_runtime::{Story, ToolDefinition};
+    ///
+    /// let schema = json!({
+    ///     "type": "object",
+    ///     "properties": {"city": {"type": "string"}, "days": {"type": ["integer", "null"]}},
+    ///     "required": ["city"],
+    ///     "additionalProperties": false
+    /// });
+    /// let def = ToolDefinition::new("forecast", "The weather ahead.", schema, Story::ReadOnly);
+    /// let tool = def.to_openai();
+    /// assert_eq!(tool["function"]["strict"], true);
+    /// assert_eq!(tool["function"]["parameters"]["required"], json!(["city", "days"]));
+    /// ```
+    pub fn to_openai(&self) -> Value {
+        let (parameters, strict) = parameters(&self.input_schema);
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+                "strict": strict,
+            }
+        })
+    }
+
+    /// The tool for OpenAI's Responses API: `{"type": "function", "name", "description",
+    /// "parameters", "strict"}`, with the same strict-mode schema as [`to_openai`](Self::to_openai).
+    pub fn to_openai_responses(&self) -> Value {
+        let (parameters, strict) = parameters(&self.input_schema);
+        json!({
+            "type": "function",
+            "name": self.name,
+            "description": self.description,
+            "parameters": parameters,
+            "strict": strict,
+        })
+    }
+}
+
+/// The strict-mode parameters, or the canonical schema (without `$schema`) and `false`.
+fn parameters(canonical: &Value) -> (Value, bool) {
+    match strict_schema(canonical) {
+        Some(schema) => (schema, true),
+        None => {
+            let mut schema = canonical.clone();
+            if let Value::Object(map) = &mut schema {
+                map.remove("$schema");
+            }
+            (schema, false)
+        }
+    }
+}
+
+/// The canonical schema rewritten for strict mode, or `None` when strict mode cannot express it.
+pub(crate) fn strict_schema(canonical: &Value) -> Option<Value> {
+    let mut schema = canonical.clone();
+    let root = schema.as_object_mut()?;
+    root.remove("$schema");
+    if !is_object(root) || root.contains_key("anyOf") || root.contains_key("oneOf") {
+        return None;
+    }
+    inline_refs(&mut schema, Inline::WithSiblings);
+    let mut strict = true;
+    strictify(&mut schema, &mut strict);
+    prune_defs(&mut schema);
+    strict.then_some(schema)
+}
+
+/// Rewrites one schema and everything below it; clears `strict` on what strict mode cannot say.
+fn strictify(node: &mut Value, strict: &mut bool) {
+    // `true` (any value) and `false` have no strict form.
+    let Value::Object(map) = node else {
+        *strict = false;
+        return;
+    };
+    if NOT_STRICT.iter().any(|k| map.contains_key(*k)) {
+        *strict = false;
+    }
+    if let Some(one_of) = map.remove("oneOf") {
+        match map.get_mut("anyOf") {
+            None => {
+                map.insert("anyOf".into(), one_of);
+            }
+            Some(_) => *strict = false,
+        }
+    }
+    if !merge_all_of(map) {
+        *strict = false;
+    }
+    if let Some(default) = map.remove("default") {
+        describe_default(map, default);
+    }
+    if map.get("format").and_then(Value::as_str).is_some_and(|f| !FORMATS.contains(&f)) {
+        map.remove("format");
+    }
+    map.retain(|keyword, _| KEYWORDS.contains(&keyword.as_str()));
+    let typed = ["type", "anyOf", "$ref", "enum", "const"].iter().any(|k| map.contains_key(*k));
+    if !typed {
+        *strict = false;
+    }
+
+    // `additionalProperties` is checked below: it must end up `false`, not be a schema.
+    for_each_child_mut(map, |keyword, child| {
+        if keyword != "additionalProperties" {
+            strictify(child, strict)
+        }
+    });
+
+    if is_object(map) {
+        if !matches!(map.get("additionalProperties"), None | Some(Value::Bool(false))) {
+            *strict = false;
+        }
+        map.insert("additionalProperties".into(), Value::Bool(false));
+        let optional: BTreeSet<String> = {
+            let required = required(map);
+            let properties = map.entry("properties").or_insert_with(|| json!({}));
+            let names = properties.as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default();
+            &names - &required
+        };
+        let Some(Value::Object(properties)) = map.get_mut("properties") else { return };
+        for name in &optional {
+            if let Some(property) = properties.get_mut(name) {
+                make_nullable(property);
+            }
+        }
+        let all: Vec<Value> = properties.keys().map(|k| json!(k)).collect();
+        map.insert("required".into(), Value::Array(all));
+    }
+}
+
+/// Strict mode has no `default`; the model learns it from the description, and sends `null`
+/// for it (the field is optional, so it accepts `null`).
+fn describe_default(map: &mut Object, default: Value) {
+    if default.is_null() {
+        return;
+    }
+    let note = format!("Default: {default}.");
+    let description = match map.get("description").and_then(Value::as_str) {
+        Some(text) if !text.is_empty() => format!("{text} {note}"),
+        _ => note,
+    };
+    map.insert("description".into(), Value::String(description));
+}
+
+/// Lets an optional field's schema accept `null`: `"string"` becomes `["string", "null"]`, an
+/// `anyOf` gains a `{"type": "null"}` branch, a `$ref` is wrapped in one.
+fn make_nullable(schema: &mut Value) {
+    if accepts_null(schema) {
+        return;
+    }
+    let Value::Object(map) = schema else { return };
+    if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
+        branches.push(json!({"type": "null"}));
+        return;
+    }
+    if map.contains_key("$ref") || map.contains_key("const") || !map.contains_key("type") {
+        let description = map.remove("description");
+        let inner = std::mem::take(map);
+        map.insert("anyOf".into(), json!([inner, {"type": "null"}]));
+        if let Some(description) = description {
+            map.insert("description".into(), description);
+        }
+        return;
+    }
+    match map.get_mut("type") {
+        Some(Value::String(ty)) => {
+            let ty = std::mem::take(ty);
+            map.insert("type".into(), json!([ty, "null"]));
+        }
+        Some(Value::Array(types)) => types.push(json!("null")),
+        _ => {}
+    }
+    if let Some(Value::Array(values)) = map.get_mut("enum") {
+        values.push(Value::Null);
+    }
+}
+
+/// Removes the `null`s strict mode makes a model send for the optional fields it leaves out, so
+/// `{"limit": null}` reaches the tool as if `limit` were absent — and gets its default.
+///
+/// Guided by the canonical schema: only properties it does not list in `required` lose their
+/// `null`, at every depth (through `$ref`, `items`, and the `anyOf`/`oneOf` branch whose
+/// properties cover the object's keys).
+pub(crate) fn drop_optional_nulls(arguments: &mut Value, canonical: &Value) {
+    drop_nulls(arguments, canonical, canonical, 0);
+}
+
+fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
+    const MAX_DEPTH: usize = 64;
+    let Some(schema) = resolve(schema, root) else { return };
+    if depth > MAX_DEPTH {
+        return;
+    }
+    match value {
+        Value::Object(object) => {
+            if let Some(Value::Object(properties)) = schema.get("properties") {
+                let required = required(schema);
+                object.retain(|k, v| !(v.is_null() && properties.contains_key(k) && !required.contains(k)));
+                for (name, field) in object.iter_mut() {
+                    if let Some(property) = properties.get(name) {
+                        drop_nulls(field, property, root, depth + 1);
+                    }
+                }
+            }
+            // The branches that describe this object: every `allOf` one, and the first
+            // `anyOf`/`oneOf` one whose properties cover the object's keys.
+            let keys: Vec<&String> = object.keys().collect();
+            let covers = |branch: &&Value| {
+                resolve(branch, root)
+                    .and_then(|b| b.get("properties"))
+                    .and_then(Value::as_object)
+                    .is_some_and(|props| keys.iter().all(|k| props.contains_key(*k)))
+            };
+            let mut branches: Vec<&Value> = Vec::new();
+            for keyword in ["allOf", "anyOf", "oneOf"] {
+                let mut list = schema.get(keyword).and_then(Value::as_array).into_iter().flatten();
+                match keyword {
+                    "allOf" => branches.extend(list),
+                    _ => branches.extend(list.find(covers)),
+                }
+            }
+            for branch in branches {
+                drop_nulls(value, branch, root, depth + 1);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                items.iter_mut().for_each(|v| drop_nulls(v, item, root, depth + 1));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_fields_become_required_and_nullable() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "a": {"type": "string"},
+                "b": {"type": "integer", "format": "uint32", "minimum": 0, "default": 20, "description": "How many."},
+                "c": {"$ref": "#/$defs/E", "description": "An E."},
+                "d": {"anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]}
+            },
+            "required": ["a", "c"],
+            "additionalProperties": false,
+            "$defs": {"E": {"type": "string", "enum": ["x", "y"]}}
+        });
+        let strict = strict_schema(&schema).unwrap();
+        assert_eq!(
+            strict,
+            json!({
+                "type": "object",
+                "properties": {
+                    "a": {"type": "string"},
+                    "b": {"type": ["integer", "null"], "minimum": 0, "description": "How many. Default: 20."},
+                    "c": {"type": "string", "enum": ["x", "y"], "description": "An E."},
+                    "d": {"anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]}
+                },
+                "required": ["a", "b", "c", "d"],
+                "additionalProperties": false,
+                "$defs": {"E": {"type": "string", "enum": ["x", "y"]}}
+            })
+        );
+    }
+
+    #[test]
+    fn maps_and_any_values_are_not_strict() {
+        let map = json!({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "string"}}}});
+        assert_eq!(strict_schema(&map), None);
+        let any = json!({"type": "object", "properties": {"v": true}});
+        assert_eq!(strict_schema(&any), None);
+        let def = ToolDefinition::new("t", "d", any, crate::Story::ReadOnly);
+        assert_eq!(def.to_openai()["function"]["strict"], false);
+    }
+
+    #[test]
+    fn drops_nulls_of_optional_fields_only() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": ["string", "null"]},
+                "b": {"type": ["string", "null"]},
+                "n": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]},
+                "list": {"type": "array", "items": {"$ref": "#/$defs/N"}}
+            },
+            "required": ["a"],
+            "$defs": {"N": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x"]}}
+        });
+        let mut args = json!({"a": null, "b": null, "n": {"x": null, "y": null}, "list": [{"x": 1, "y": null}]});
+        drop_optional_nulls(&mut args, &schema);
+        assert_eq!(args, json!({"a": null, "n": {"x": null}, "list": [{"x": 1}]}));
+    }
+}
