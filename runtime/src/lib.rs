@@ -10,6 +10,7 @@ mod exec;
 mod export;
 mod fingerprint;
 mod key;
+pub mod providers;
 pub mod store;
 mod tool;
 mod toolbox;
