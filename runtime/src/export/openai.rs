@@ -196,7 +196,11 @@ fn strictify(node: &mut Value, strict: &mut bool) {
                 make_nullable(property);
             }
         }
-        let all: Vec<Value> = properties.keys().map(|k| json!(k)).collect();
+        // The declared order first (the fields' order in the fn), then the optional ones.
+        let mut all: Vec<Value> = map.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+        let Some(Value::Object(properties)) = map.get("properties") else { return };
+        all.retain(|name| name.as_str().is_some_and(|n| properties.contains_key(n)));
+        all.extend(optional.iter().map(|name| json!(name)));
         map.insert("required".into(), Value::Array(all));
     }
 }
@@ -335,7 +339,7 @@ mod tests {
                     "c": {"type": "string", "enum": ["x", "y"], "description": "An E."},
                     "d": {"anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]}
                 },
-                "required": ["a", "b", "c", "d"],
+                "required": ["a", "c", "b", "d"],
                 "additionalProperties": false,
                 "$defs": {"E": {"type": "string", "enum": ["x", "y"]}}
             })

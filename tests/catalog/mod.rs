@@ -1,0 +1,273 @@
+//! A catalog of tools whose arguments cover the types users write — strings, integers, floats,
+//! bools, `Option`, `Vec`, nested structs, unit and data-carrying enums, doc comments on nested
+//! fields, no parameters at all — and one tool of every story. The export tests run over it.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use toolkey::{tool, State, ToolError, Toolbox};
+
+use crate::common::{Billing, SendInvoice};
+
+/// A postal address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Address {
+    /// Street and house number.
+    pub street: String,
+    /// A second address line, if there is one.
+    pub line2: Option<String>,
+    /// City.
+    pub city: String,
+    /// ISO 3166-1 alpha-2 country code, for example "DE".
+    pub country: String,
+}
+
+/// One line of a shipment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LineItem {
+    /// The product's stock keeping unit.
+    pub sku: String,
+    /// How many pieces.
+    pub quantity: u32,
+    /// Wrap this item as a gift.
+    pub gift_wrap: bool,
+}
+
+/// How fast the parcel travels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Speed {
+    /// Three to five working days.
+    Standard,
+    /// The next working day.
+    Express,
+}
+
+/// Where the parcel goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// To the address's door.
+    Door,
+    /// To a pickup point near the address.
+    PickupPoint {
+        /// The pickup point's ID, from the carrier's list.
+        id: String,
+    },
+    /// Held at the depot for this many days.
+    Hold(u8),
+}
+
+/// Whom to tell when the parcel ships.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "channel", rename_all = "snake_case")]
+pub enum Notify {
+    /// An email.
+    Email {
+        /// The address to write to.
+        address: String,
+    },
+    /// A text message.
+    Sms {
+        /// The phone number in E.164 form, for example "+4930123456".
+        phone: String,
+    },
+}
+
+/// A shipment as the carrier booked it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Shipment {
+    /// The carrier's tracking number.
+    pub tracking: String,
+    /// The order shipped.
+    pub order_id: String,
+    /// How many pieces are in the parcel.
+    pub pieces: u32,
+}
+
+/// An order, as search lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrderSummary {
+    /// The order's ID.
+    pub id: i64,
+    /// Total in EUR.
+    pub total: f64,
+}
+
+/// How urgent an order is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Low,
+    Normal,
+    High,
+}
+
+/// A fake carrier: counts every shipment it books.
+#[derive(Default)]
+pub struct Carrier {
+    pub shipments: Mutex<Vec<Shipment>>,
+}
+
+/// Book the shipment of one order with the carrier.
+///
+/// Safe to retry: one order is shipped once.
+#[tool(idempotent(key = "shipment:<order_id>", destructive = false))]
+pub async fn create_shipment(
+    carrier: State<Carrier>,
+    /// The order to ship, for example "ord-1042".
+    order_id: String,
+    /// Where the parcel goes.
+    address: Address,
+    /// What goes in the parcel.
+    items: Vec<LineItem>,
+    /// How fast it travels.
+    speed: Speed,
+    /// How it is handed over.
+    delivery: Delivery,
+    /// Whom to tell when it ships, if anyone.
+    notify: Option<Notify>,
+    /// Insure the parcel for this many EUR; uninsured when absent.
+    insured_value: Option<f64>,
+) -> Result<Shipment, ToolError> {
+    let _ = (address, speed, delivery, notify, insured_value);
+    let mut shipments = carrier.shipments.lock().unwrap();
+    let shipment = Shipment {
+        tracking: format!("trk-{}", shipments.len() + 1),
+        order_id,
+        pieces: items.iter().map(|item| item.quantity).sum(),
+    };
+    shipments.push(shipment.clone());
+    Ok(shipment)
+}
+
+/// Find orders by customer and total.
+#[tool(read_only)]
+pub async fn search_orders(
+    /// Free text to match, for example a customer name.
+    query: String,
+    /// Only orders of this customer, when given.
+    customer: Option<String>,
+    /// Only orders with at least this total in EUR.
+    min_total: Option<f64>,
+    /// How many orders to return at most.
+    #[serde(default = "default_limit")]
+    limit: u32,
+    /// Include archived orders.
+    include_archived: bool,
+) -> Result<Vec<OrderSummary>, ToolError> {
+    let _ = (query, customer, include_archived);
+    let total = min_total.unwrap_or(10.0);
+    Ok((0..limit.min(3)).map(|i| OrderSummary { id: 1000 + i64::from(i), total }).collect())
+}
+
+fn default_limit() -> u32 {
+    20
+}
+
+/// Set an order's priority. Setting the same priority again changes nothing.
+#[tool(natural)]
+pub async fn set_priority(
+    /// The order's numeric ID.
+    order_id: i64,
+    /// The new priority.
+    priority: Priority,
+) -> Result<(), ToolError> {
+    let _ = (order_id, priority);
+    Ok(())
+}
+
+/// Cancel an order. Needs a person's approval.
+#[tool(unkeyed)]
+pub async fn cancel_order(
+    /// The order's numeric ID.
+    order_id: i64,
+    /// Why, in the customer's words.
+    reason: Option<String>,
+) -> Result<bool, ToolError> {
+    let _ = (order_id, reason);
+    Ok(true)
+}
+
+/// Check that the service answers.
+#[tool(read_only)]
+pub async fn ping() -> Result<String, ToolError> {
+    Ok("pong".into())
+}
+
+/// A toolbox with every catalog tool, and the fake outside systems it calls.
+pub struct Fixture {
+    pub toolbox: Toolbox,
+    pub billing: Arc<Billing>,
+    pub carrier: Arc<Carrier>,
+}
+
+/// Every catalog tool, a fake billing system and carrier, and an approver that approves
+/// everything.
+pub fn fixture() -> Fixture {
+    let billing = Arc::new(Billing::default());
+    let carrier = Arc::new(Carrier::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .shared_state(carrier.clone())
+        .tool(SendInvoice)
+        .tool(CreateShipment)
+        .tool(SearchOrders)
+        .tool(SetPriority)
+        .tool(CancelOrder)
+        .tool(Ping)
+        .approver(|_: &toolkey::ApprovalRequest<'_>| true)
+        .build()
+        .expect("the catalog toolbox builds");
+    Fixture { toolbox, billing, carrier }
+}
+
+/// The catalog's toolbox.
+pub fn toolbox() -> Toolbox {
+    fixture().toolbox
+}
+
+/// Arguments for each catalog tool that its canonical schema accepts, every field given.
+pub fn arguments(tool: &str) -> Value {
+    match tool {
+        "send_invoice" => json!({"customer": "acme", "period": "2026-10", "amount": 120.5, "memo": "October hosting"}),
+        "invoice_status" => json!({"customer": "acme", "period": "2026-10"}),
+        "create_shipment" => json!({
+            "order_id": "ord-1042",
+            "address": {"street": "Hauptstr. 1", "line2": "Hinterhaus", "city": "Berlin", "country": "DE"},
+            "items": [{"sku": "mug-1", "quantity": 2, "gift_wrap": false}, {"sku": "tea-3", "quantity": 1, "gift_wrap": true}],
+            "speed": "express",
+            "delivery": {"pickup_point": {"id": "pp-7"}},
+            "notify": {"channel": "sms", "phone": "+4930123456"},
+            "insured_value": 250.0
+        }),
+        "create_shipment_status" => json!({"order_id": "ord-1042"}),
+        "search_orders" => json!({"query": "acme", "customer": "acme", "min_total": 50.0, "limit": 1, "include_archived": true}),
+        "set_priority" => json!({"order_id": -7, "priority": "high"}),
+        "cancel_order" => json!({"order_id": 1042, "reason": "ordered twice"}),
+        "ping" => json!({}),
+        other => panic!("no sample arguments for `{other}`"),
+    }
+}
+
+/// The arguments as OpenAI's strict mode has a model send them: every field present, the
+/// optional ones left out as `null` (nested ones too).
+pub fn strict_arguments(tool: &str) -> Value {
+    match tool {
+        "create_shipment" => json!({
+            "order_id": "ord-1042",
+            "address": {"street": "Hauptstr. 1", "line2": null, "city": "Berlin", "country": "DE"},
+            "items": [{"sku": "mug-1", "quantity": 2, "gift_wrap": false}],
+            "speed": "standard",
+            "delivery": "door",
+            "notify": null,
+            "insured_value": null
+        }),
+        "search_orders" => json!({"query": "acme", "customer": null, "min_total": null, "limit": null, "include_archived": false}),
+        "cancel_order" => json!({"order_id": 1042, "reason": null}),
+        other => arguments(other),
+    }
+}
