@@ -50,7 +50,10 @@ struct Ledger {
 /// Create and send the invoice for one customer and billing period.
 ///
 /// Safe to retry: a second call for the same customer and period never sends a second invoice.
-#[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"), timeout = "2s")]
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    timeout = "2s"
+)]
 async fn send_invoice(
     billing: State<Billing>,
     /// Customer ID, for example "acme".
@@ -64,7 +67,13 @@ async fn send_invoice(
     memo: String,
 ) -> Result<Invoice, ToolError> {
     let mut invoices = billing.invoices.lock().unwrap();
-    let invoice = Invoice { id: format!("inv-{}", invoices.len() + 1), customer, period, amount, memo };
+    let invoice = Invoice {
+        id: format!("inv-{}", invoices.len() + 1),
+        customer,
+        period,
+        amount,
+        memo,
+    };
     invoices.push(invoice.clone());
     Ok(invoice)
 }
@@ -72,7 +81,9 @@ async fn send_invoice(
 /// List every invoice the billing system has sent.
 #[tool(read_only)]
 async fn list_invoices(billing: State<Billing>) -> Result<Ledger, ToolError> {
-    Ok(Ledger { invoices: billing.invoices.lock().unwrap().clone() })
+    Ok(Ledger {
+        invoices: billing.invoices.lock().unwrap().clone(),
+    })
 }
 
 #[tokio::main]

@@ -11,16 +11,26 @@ use serde_json::Value;
 use toolkey::ToolDefinition;
 
 fn check(profile: &str, export: impl Fn(&ToolDefinition) -> Value) {
-    let tools: Vec<Value> = catalog::toolbox().definitions().iter().map(export).collect();
+    let tools: Vec<Value> = catalog::toolbox()
+        .definitions()
+        .iter()
+        .map(export)
+        .collect();
     let actual = serde_json::to_string_pretty(&Value::Array(tools)).unwrap() + "\n";
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{profile}.json"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{profile}.json"));
     if std::env::var_os("TOOLKEY_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run with TOOLKEY_BLESS=1 to write it", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; run with TOOLKEY_BLESS=1 to write it",
+            path.display()
+        )
+    });
     if expected != actual {
         let (line, (want, got)) = expected
             .lines()
@@ -40,9 +50,10 @@ fn check(profile: &str, export: impl Fn(&ToolDefinition) -> Value) {
 
 #[test]
 fn canonical() {
-    check("canonical", |def| {
-        serde_json::json!({"name": def.name(), "input_schema": def.input_schema(), "output_schema": def.output_schema()})
-    });
+    check(
+        "canonical",
+        |def| serde_json::json!({"name": def.name(), "input_schema": def.input_schema(), "output_schema": def.output_schema()}),
+    );
 }
 
 #[test]

@@ -13,12 +13,19 @@ fn definitions() -> Vec<ToolDefinition> {
 }
 
 fn validator(schema: &Value, what: &str) -> jsonschema::Validator {
-    jsonschema::draft202012::new(schema).unwrap_or_else(|e| panic!("{what} does not compile: {e}\n{schema:#}"))
+    jsonschema::draft202012::new(schema)
+        .unwrap_or_else(|e| panic!("{what} does not compile: {e}\n{schema:#}"))
 }
 
 fn assert_valid(schema: &Value, instance: &Value, what: &str) {
-    let errors: Vec<String> = validator(schema, what).iter_errors(instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{what} refuses {instance}: {errors:#?}\n{schema:#}");
+    let errors: Vec<String> = validator(schema, what)
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} refuses {instance}: {errors:#?}\n{schema:#}"
+    );
 }
 
 #[test]
@@ -26,7 +33,11 @@ fn every_openai_export_passes_the_strict_mode_rules() {
     for def in definitions() {
         for tool in [def.to_openai(), def.to_openai_responses()] {
             let found = openai_rules::violations(&tool);
-            assert!(found.is_empty(), "`{}` breaks strict mode: {found:#?}\n{tool:#}", def.name());
+            assert!(
+                found.is_empty(),
+                "`{}` breaks strict mode: {found:#?}\n{tool:#}",
+                def.name()
+            );
         }
     }
 }
@@ -51,7 +62,11 @@ fn the_rule_checker_finds_what_strict_mode_refuses() {
     assert_eq!(openai_rules::violations(&weather), Vec::<String>::new());
 
     // The canonical schema of `create_shipment`, sent as it is, breaks every rule it can.
-    let canonical = catalog::toolbox().definition("create_shipment").unwrap().input_schema().clone();
+    let canonical = catalog::toolbox()
+        .definition("create_shipment")
+        .unwrap()
+        .input_schema()
+        .clone();
     let raw = json!({"type": "function", "function": {
         "name": "create_shipment", "description": "d", "strict": true, "parameters": canonical
     }});
@@ -63,7 +78,10 @@ fn the_rule_checker_finds_what_strict_mode_refuses() {
         "format `uint32` is not supported",
         "`required` is",
     ] {
-        assert!(found.contains(expected), "the checker missed {expected:?} in:\n{found}");
+        assert!(
+            found.contains(expected),
+            "the checker missed {expected:?} in:\n{found}"
+        );
     }
     let open = json!({"type": "function", "function": {"name": "o", "description": "d", "strict": true, "parameters": {
         "type": "object",
@@ -75,9 +93,15 @@ fn the_rule_checker_finds_what_strict_mode_refuses() {
         openai_rules::violations(&open),
         ["#/properties/nested: an object without `additionalProperties: false`"]
     );
-    let defaults = catalog::toolbox().definition("search_orders").unwrap().input_schema().clone();
+    let defaults = catalog::toolbox()
+        .definition("search_orders")
+        .unwrap()
+        .input_schema()
+        .clone();
     let raw = json!({"type": "function", "function": {"name": "s", "description": "d", "strict": true, "parameters": defaults}});
-    assert!(openai_rules::violations(&raw).join("\n").contains("`default` is not supported"));
+    assert!(openai_rules::violations(&raw)
+        .join("\n")
+        .contains("`default` is not supported"));
 }
 
 #[test]
@@ -92,11 +116,20 @@ fn strict_schemas_take_nulls_for_optional_fields_and_the_full_arguments() {
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(name, _)| !canonical["required"].as_array().unwrap().contains(&json!(name)));
+            .filter(|(name, _)| {
+                !canonical["required"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(name))
+            });
         for (name, _) in optional {
             let mut arguments = catalog::arguments(def.name());
             arguments[name] = Value::Null;
-            assert_valid(parameters, &arguments, &format!("{what} with `{name}: null`"));
+            assert_valid(
+                parameters,
+                &arguments,
+                &format!("{what} with `{name}: null`"),
+            );
         }
     }
 }
@@ -111,24 +144,45 @@ fn canonical_schemas_are_valid_json_schema_2020_12() {
             if let Err(e) = jsonschema::draft202012::meta::validate(&schema) {
                 panic!("{what} is not valid 2020-12: {e}\n{schema:#}");
             }
-            assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{what}");
-            assert!(schema.get("title").is_none(), "{what} keeps the Rust type's name as title");
+            assert_eq!(
+                schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+                "{what}"
+            );
+            assert!(
+                schema.get("title").is_none(),
+                "{what} keeps the Rust type's name as title"
+            );
             validator(&schema, &what);
         }
         let input = def.input_schema();
         assert_eq!(input["type"], "object");
-        assert_eq!(input["additionalProperties"], false, "`{}` is not closed", def.name());
-        assert_valid(input, &catalog::arguments(def.name()), &format!("the input schema of `{}`", def.name()));
+        assert_eq!(
+            input["additionalProperties"],
+            false,
+            "`{}` is not closed",
+            def.name()
+        );
+        assert_valid(
+            input,
+            &catalog::arguments(def.name()),
+            &format!("the input schema of `{}`", def.name()),
+        );
     }
 }
 
 #[test]
 fn nested_objects_of_the_canonical_schema_are_closed() {
-    let def = catalog::toolbox().definition("create_shipment").unwrap().clone();
+    let def = catalog::toolbox()
+        .definition("create_shipment")
+        .unwrap()
+        .clone();
     let schema = def.input_schema();
     assert_eq!(schema["$defs"]["Address"]["additionalProperties"], false);
     assert_eq!(schema["$defs"]["LineItem"]["additionalProperties"], false);
-    assert_eq!(schema["$defs"]["Notify"]["oneOf"][0]["additionalProperties"], false);
+    assert_eq!(
+        schema["$defs"]["Notify"]["oneOf"][0]["additionalProperties"],
+        false
+    );
     let mut extra = catalog::arguments("create_shipment");
     extra["address"]["floor"] = json!(3);
     assert!(!validator(schema, "create_shipment").is_valid(&extra));
@@ -136,8 +190,24 @@ fn nested_objects_of_the_canonical_schema_are_closed() {
 
 /// The keywords of Gemini's schema object (an OpenAPI 3.0 subset).
 const GEMINI: &[&str] = &[
-    "type", "nullable", "description", "enum", "properties", "required", "items", "anyOf", "minItems", "maxItems",
-    "minimum", "maximum", "minLength", "maxLength", "pattern", "minProperties", "maxProperties", "default",
+    "type",
+    "nullable",
+    "description",
+    "enum",
+    "properties",
+    "required",
+    "items",
+    "anyOf",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minProperties",
+    "maxProperties",
+    "default",
 ];
 
 fn check_gemini(schema: &Value, at: &str, found: &mut Vec<String>) {
@@ -153,19 +223,38 @@ fn check_gemini(schema: &Value, at: &str, found: &mut Vec<String>) {
     if map.get("type").is_some_and(|t| !t.is_string()) {
         found.push(format!("{at}: `type` is not one type name"));
     }
-    if map.get("enum").and_then(Value::as_array).is_some_and(|vs| vs.iter().any(|v| !v.is_string())) {
+    if map
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|vs| vs.iter().any(|v| !v.is_string()))
+    {
         found.push(format!("{at}: an enum value that is not a string"));
     }
-    if map.get("properties").and_then(Value::as_object).is_some_and(|p| p.is_empty()) {
+    if map
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| p.is_empty())
+    {
         found.push(format!("{at}: an object with empty `properties`"));
     }
-    for (name, property) in map.get("properties").and_then(Value::as_object).into_iter().flatten() {
+    for (name, property) in map
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         check_gemini(property, &format!("{at}/{name}"), found);
     }
     if let Some(items) = map.get("items") {
         check_gemini(items, &format!("{at}/items"), found);
     }
-    for (i, branch) in map.get("anyOf").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (i, branch) in map
+        .get("anyOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         check_gemini(branch, &format!("{at}/anyOf/{i}"), found);
     }
 }
@@ -179,14 +268,21 @@ fn gemini_declarations_stay_inside_the_openapi_subset() {
         match declaration.get("parameters") {
             None => {
                 assert_eq!(keys, ["description", "name"]);
-                assert!(def.input_schema().get("properties").is_none_or(|p| p.as_object().unwrap().is_empty()));
+                assert!(def
+                    .input_schema()
+                    .get("properties")
+                    .is_none_or(|p| p.as_object().unwrap().is_empty()));
             }
             Some(parameters) => {
                 assert_eq!(keys, ["description", "name", "parameters"]);
                 assert_eq!(parameters["type"], "object");
                 let mut found = Vec::new();
                 check_gemini(parameters, "#", &mut found);
-                assert!(found.is_empty(), "`{}` has keywords Gemini refuses: {found:#?}\n{parameters:#}", def.name());
+                assert!(
+                    found.is_empty(),
+                    "`{}` has keywords Gemini refuses: {found:#?}\n{parameters:#}",
+                    def.name()
+                );
             }
         }
     }
@@ -200,9 +296,17 @@ fn anthropic_input_schemas_are_objects_without_top_level_unions() {
         assert_eq!(tool["name"], def.name());
         assert_eq!(schema["type"], "object");
         for keyword in ["oneOf", "anyOf", "allOf", "$schema"] {
-            assert!(schema.get(keyword).is_none(), "`{}` has top-level `{keyword}`", def.name());
+            assert!(
+                schema.get(keyword).is_none(),
+                "`{}` has top-level `{keyword}`",
+                def.name()
+            );
         }
-        assert_valid(schema, &catalog::arguments(def.name()), &format!("the Anthropic schema of `{}`", def.name()));
+        assert_valid(
+            schema,
+            &catalog::arguments(def.name()),
+            &format!("the Anthropic schema of `{}`", def.name()),
+        );
     }
 }
 
@@ -214,10 +318,18 @@ fn mcp_tools_have_object_schemas_and_annotations_from_the_story() {
         assert_eq!(tool["inputSchema"]["type"], "object", "{what}");
         assert_valid(&tool["inputSchema"], &catalog::arguments(def.name()), &what);
         match def.output_schema() {
-            Some(output) if output["type"] == "object" => assert_eq!(tool["outputSchema"]["type"], "object", "{what}"),
-            _ => assert!(tool.get("outputSchema").is_none(), "{what} has a non-object output schema"),
+            Some(output) if output["type"] == "object" => {
+                assert_eq!(tool["outputSchema"]["type"], "object", "{what}")
+            }
+            _ => assert!(
+                tool.get("outputSchema").is_none(),
+                "{what} has a non-object output schema"
+            ),
         }
-        assert!(!tool["inputSchema"].to_string().contains("\"null\""), "{what} keeps a null union: {tool:#}");
+        assert!(
+            !tool["inputSchema"].to_string().contains("\"null\""),
+            "{what} keeps a null union: {tool:#}"
+        );
         let hints = &tool["annotations"];
         let expected = match def.story() {
             Story::ReadOnly => [true, false, true],
@@ -226,12 +338,22 @@ fn mcp_tools_have_object_schemas_and_annotations_from_the_story() {
             Story::Unkeyed => [false, true, false],
         };
         assert_eq!(
-            [&hints["readOnlyHint"], &hints["destructiveHint"], &hints["idempotentHint"]],
+            [
+                &hints["readOnlyHint"],
+                &hints["destructiveHint"],
+                &hints["idempotentHint"]
+            ],
             expected.map(Value::Bool).each_ref(),
             "{what}"
         );
         assert_eq!(hints["openWorldHint"], true, "{what}");
     }
-    let shipment = catalog::toolbox().definition("create_shipment").unwrap().to_mcp();
-    assert_eq!(shipment["annotations"]["destructiveHint"], false, "`destructive = false` reaches MCP");
+    let shipment = catalog::toolbox()
+        .definition("create_shipment")
+        .unwrap()
+        .to_mcp();
+    assert_eq!(
+        shipment["annotations"]["destructiveHint"], false,
+        "`destructive = false` reaches MCP"
+    );
 }

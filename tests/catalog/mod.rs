@@ -116,6 +116,7 @@ pub struct Carrier {
 ///
 /// Safe to retry: one order is shipped once.
 #[tool(idempotent(key = "shipment:<order_id>", destructive = false))]
+#[allow(clippy::too_many_arguments)] // a tool takes what the action needs
 pub async fn create_shipment(
     carrier: State<Carrier>,
     /// The order to ship, for example "ord-1042".
@@ -161,7 +162,12 @@ pub async fn search_orders(
 ) -> Result<Vec<OrderSummary>, ToolError> {
     let _ = (query, customer, include_archived);
     let total = min_total.unwrap_or(10.0);
-    Ok((0..limit.min(3)).map(|i| OrderSummary { id: 1000 + i64::from(i), total }).collect())
+    Ok((0..limit.min(3))
+        .map(|i| OrderSummary {
+            id: 1000 + i64::from(i),
+            total,
+        })
+        .collect())
 }
 
 fn default_limit() -> u32 {
@@ -222,7 +228,11 @@ pub fn fixture() -> Fixture {
         .approver(|_: &toolkey::ApprovalRequest<'_>| true)
         .build()
         .expect("the catalog toolbox builds");
-    Fixture { toolbox, billing, carrier }
+    Fixture {
+        toolbox,
+        billing,
+        carrier,
+    }
 }
 
 /// The catalog's toolbox.
@@ -233,7 +243,9 @@ pub fn toolbox() -> Toolbox {
 /// Arguments for each catalog tool that its canonical schema accepts, every field given.
 pub fn arguments(tool: &str) -> Value {
     match tool {
-        "send_invoice" => json!({"customer": "acme", "period": "2026-10", "amount": 120.5, "memo": "October hosting"}),
+        "send_invoice" => {
+            json!({"customer": "acme", "period": "2026-10", "amount": 120.5, "memo": "October hosting"})
+        }
         "invoice_status" => json!({"customer": "acme", "period": "2026-10"}),
         "create_shipment" => json!({
             "order_id": "ord-1042",
@@ -245,7 +257,9 @@ pub fn arguments(tool: &str) -> Value {
             "insured_value": 250.0
         }),
         "create_shipment_status" => json!({"order_id": "ord-1042"}),
-        "search_orders" => json!({"query": "acme", "customer": "acme", "min_total": 50.0, "limit": 1, "include_archived": true}),
+        "search_orders" => {
+            json!({"query": "acme", "customer": "acme", "min_total": 50.0, "limit": 1, "include_archived": true})
+        }
         "set_priority" => json!({"order_id": -7, "priority": "high"}),
         "cancel_order" => json!({"order_id": 1042, "reason": "ordered twice"}),
         "ping" => json!({}),
@@ -266,7 +280,9 @@ pub fn strict_arguments(tool: &str) -> Value {
             "notify": null,
             "insured_value": null
         }),
-        "search_orders" => json!({"query": "acme", "customer": null, "min_total": null, "limit": null, "include_archived": false}),
+        "search_orders" => {
+            json!({"query": "acme", "customer": null, "min_total": null, "limit": null, "include_archived": false})
+        }
         "cancel_order" => json!({"order_id": 1042, "reason": null}),
         other => arguments(other),
     }

@@ -46,8 +46,20 @@ const KEYWORDS: &[&str] = &[
     "minItems",
     "maxItems",
 ];
-const FORMATS: &[&str] = &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
-const TYPES: &[&str] = &["string", "number", "boolean", "integer", "object", "array", "null"];
+const FORMATS: &[&str] = &[
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
+const TYPES: &[&str] = &[
+    "string", "number", "boolean", "integer", "object", "array", "null",
+];
 
 /// What strict mode would refuse in a Chat Completions tool (`{"type": "function", "function":
 /// {..}}`) or a Responses tool (`{"type": "function", "name", ..}`); empty when it accepts it.
@@ -59,9 +71,13 @@ pub fn violations(tool: &Value) -> Vec<String> {
     let function = tool.get("function").unwrap_or(tool);
     let name = function["name"].as_str().unwrap_or_default();
     let valid_name = (1..=64).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !valid_name {
-        found.push(format!("the name `{name}` is not 1 to 64 of a-z A-Z 0-9 _ -"));
+        found.push(format!(
+            "the name `{name}` is not 1 to 64 of a-z A-Z 0-9 _ -"
+        ));
     }
     if !function["description"].is_string() {
         found.push("no description".into());
@@ -76,7 +92,13 @@ pub fn violations(tool: &Value) -> Vec<String> {
     if schema.get("anyOf").is_some() {
         found.push("the root schema is `anyOf`".into());
     }
-    let mut checker = Checker { root: schema, found: &mut found, properties: 0, enum_values: 0, text: 0 };
+    let mut checker = Checker {
+        root: schema,
+        found: &mut found,
+        properties: 0,
+        enum_values: 0,
+        text: 0,
+    };
     checker.check(schema, "#", 0);
     let (properties, enum_values, text) = (checker.properties, checker.enum_values, checker.text);
     if properties > 5000 {
@@ -86,7 +108,9 @@ pub fn violations(tool: &Value) -> Vec<String> {
         found.push(format!("{enum_values} enum values, more than 1000"));
     }
     if text > 120_000 {
-        found.push(format!("{text} characters of names and values, more than 120,000"));
+        found.push(format!(
+            "{text} characters of names and values, more than 120,000"
+        ));
     }
     found
 }
@@ -102,22 +126,29 @@ struct Checker<'a> {
 impl Checker<'_> {
     fn check(&mut self, schema: &Value, at: &str, depth: usize) {
         let Value::Object(map) = schema else {
-            self.found.push(format!("{at}: a boolean schema has no type"));
+            self.found
+                .push(format!("{at}: a boolean schema has no type"));
             return;
         };
         for keyword in map.keys() {
             if !KEYWORDS.contains(&keyword.as_str()) {
-                self.found.push(format!("{at}: `{keyword}` is not supported"));
+                self.found
+                    .push(format!("{at}: `{keyword}` is not supported"));
             }
         }
         if let Some(reference) = map.get("$ref") {
             if map.len() > 1 {
                 let siblings: Vec<&String> = map.keys().filter(|k| *k != "$ref").collect();
-                self.found.push(format!("{at}: `$ref` has sibling keywords {siblings:?}"));
+                self.found
+                    .push(format!("{at}: `$ref` has sibling keywords {siblings:?}"));
             }
             let target = reference.as_str().and_then(|r| r.strip_prefix("#/$defs/"));
-            if target.and_then(|name| self.root["$defs"].get(name)).is_none() {
-                self.found.push(format!("{at}: `$ref` {reference} points to no definition"));
+            if target
+                .and_then(|name| self.root["$defs"].get(name))
+                .is_none()
+            {
+                self.found
+                    .push(format!("{at}: `$ref` {reference} points to no definition"));
             }
         }
         let types = match map.get("type") {
@@ -131,20 +162,29 @@ impl Checker<'_> {
         };
         for ty in &types {
             if !TYPES.contains(ty) {
-                self.found.push(format!("{at}: type `{ty}` is not supported"));
+                self.found
+                    .push(format!("{at}: type `{ty}` is not supported"));
             }
         }
-        if !["type", "anyOf", "$ref", "enum", "const"].iter().any(|k| map.contains_key(*k)) {
+        if !["type", "anyOf", "$ref", "enum", "const"]
+            .iter()
+            .any(|k| map.contains_key(*k))
+        {
             self.found.push(format!("{at}: the schema names no type"));
         }
         if let Some(format) = map.get("format").and_then(Value::as_str) {
             if !FORMATS.contains(&format) {
-                self.found.push(format!("{at}: format `{format}` is not supported"));
+                self.found
+                    .push(format!("{at}: format `{format}` is not supported"));
             }
         }
         if let Some(values) = map.get("enum").and_then(Value::as_array) {
             self.enum_values += values.len();
-            self.text += values.iter().filter_map(Value::as_str).map(str::len).sum::<usize>();
+            self.text += values
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::len)
+                .sum::<usize>();
         }
         if let Some(Value::String(value)) = map.get("const") {
             self.text += value.len();
@@ -168,7 +208,9 @@ impl Checker<'_> {
                         self.check(branch, &format!("{at}/anyOf/{i}"), depth);
                     }
                 }
-                _ => self.found.push(format!("{at}: `anyOf` is not a list of schemas")),
+                _ => self
+                    .found
+                    .push(format!("{at}: `anyOf` is not a list of schemas")),
             }
         }
         for keyword in ["$defs", "definitions"] {
@@ -183,22 +225,33 @@ impl Checker<'_> {
 
     fn check_object(&mut self, map: &Map<String, Value>, at: &str, depth: usize) {
         if depth >= 10 {
-            self.found.push(format!("{at}: objects nested more than 10 deep"));
+            self.found
+                .push(format!("{at}: objects nested more than 10 deep"));
         }
         if map.get("additionalProperties") != Some(&Value::Bool(false)) {
-            self.found.push(format!("{at}: an object without `additionalProperties: false`"));
+            self.found.push(format!(
+                "{at}: an object without `additionalProperties: false`"
+            ));
         }
         let Some(properties) = map.get("properties").and_then(Value::as_object) else {
-            self.found.push(format!("{at}: an object without `properties`"));
+            self.found
+                .push(format!("{at}: an object without `properties`"));
             return;
         };
-        let mut required: Vec<&str> =
-            map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let mut required: Vec<&str> = map
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         required.sort();
         let mut names: Vec<&str> = properties.keys().map(String::as_str).collect();
         names.sort();
         if required != names {
-            self.found.push(format!("{at}: `required` is {required:?}, not every property {names:?}"));
+            self.found.push(format!(
+                "{at}: `required` is {required:?}, not every property {names:?}"
+            ));
         }
         for (name, property) in properties {
             self.properties += 1;

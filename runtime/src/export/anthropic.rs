@@ -50,20 +50,30 @@ fn input_schema(canonical: &Value) -> Value {
 /// required only what every branch requires (everything, for `allOf`). The model is told less
 /// than the union says; the tool's own argument parsing still refuses what no branch allows.
 fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
-    let Some(Value::Array(branches)) = root.remove(keyword) else { return };
+    let Some(Value::Array(branches)) = root.remove(keyword) else {
+        return;
+    };
     let mut properties = match root.remove("properties") {
         Some(Value::Object(properties)) => properties,
         _ => Object::new(),
     };
     let mut required: Option<Vec<Value>> = None;
     for branch in &branches {
-        let Some(branch) = resolve(branch, whole) else { continue };
+        let Some(branch) = resolve(branch, whole) else {
+            continue;
+        };
         if let Some(Value::Object(more)) = branch.get("properties") {
             for (name, schema) in more {
-                properties.entry(name.clone()).or_insert_with(|| schema.clone());
+                properties
+                    .entry(name.clone())
+                    .or_insert_with(|| schema.clone());
             }
         }
-        let names: Vec<Value> = branch.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+        let names: Vec<Value> = branch
+            .get("required")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         required = Some(match (required, keyword) {
             (None, _) => names,
             (Some(mut all), "allOf") => {
@@ -77,7 +87,11 @@ fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
             (Some(common), _) => common.into_iter().filter(|n| names.contains(n)).collect(),
         });
     }
-    let mut all_required: Vec<Value> = root.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut all_required: Vec<Value> = root
+        .get("required")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     for name in required.unwrap_or_default() {
         if !all_required.contains(&name) {
             all_required.push(name);

@@ -69,7 +69,10 @@ fn parameters(canonical: &Value) -> Option<Value> {
     let mut schema = canonical.clone();
     inline_refs(&mut schema, Inline::All);
     convert(&mut schema);
-    let empty = schema.get("properties").and_then(Value::as_object).is_none_or(Object::is_empty);
+    let empty = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_none_or(Object::is_empty);
     (!empty).then_some(schema)
 }
 
@@ -122,10 +125,18 @@ fn convert(node: &mut Value) {
         map.insert("nullable".into(), Value::Bool(true));
     }
     map.retain(|keyword, _| KEYWORDS.contains(&keyword.as_str()));
-    if map.get("properties").and_then(Value::as_object).is_some_and(Object::is_empty) {
+    if map
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(Object::is_empty)
+    {
         map.remove("properties");
     }
-    if map.get("required").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+    if map
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
         map.remove("required");
     }
 }
@@ -138,12 +149,16 @@ fn lift_null_branches(map: &mut Object) -> bool {
     loop {
         let mut merged = false;
         for keyword in ["anyOf", "oneOf"] {
-            let Some(Value::Array(branches)) = map.get_mut(keyword) else { continue };
+            let Some(Value::Array(branches)) = map.get_mut(keyword) else {
+                continue;
+            };
             let before = branches.len();
             branches.retain(|b| !is_null_schema(b));
             nullable |= branches.len() < before;
             if branches.len() == 1 && before > 1 {
-                let Some(Value::Object(only)) = branches.pop() else { continue };
+                let Some(Value::Object(only)) = branches.pop() else {
+                    continue;
+                };
                 map.remove(keyword);
                 for (k, v) in only {
                     map.entry(k).or_insert(v);
@@ -160,14 +175,28 @@ fn lift_null_branches(map: &mut Object) -> bool {
 /// `anyOf` branches that are each one string value (a unit enum whose variants have doc
 /// comments) become one string `enum`, the variants' descriptions listed in the description.
 fn collapse_enum_branches(map: &mut Object) {
-    let Some(Value::Array(branches)) = map.get("anyOf") else { return };
+    let Some(Value::Array(branches)) = map.get("anyOf") else {
+        return;
+    };
     let mut values = Vec::new();
     let mut notes = Vec::new();
     for branch in branches {
-        let Some(branch) = branch.as_object() else { return };
-        let only_value = branch.keys().all(|k| ["type", "enum", "description"].contains(&k.as_str()));
-        let value = match branch.get("enum").and_then(Value::as_array).map(Vec::as_slice) {
-            Some([Value::String(value)]) if only_value && branch.get("type").is_none_or(|t| t == "string") => value,
+        let Some(branch) = branch.as_object() else {
+            return;
+        };
+        let only_value = branch
+            .keys()
+            .all(|k| ["type", "enum", "description"].contains(&k.as_str()));
+        let value = match branch
+            .get("enum")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            Some([Value::String(value)])
+                if only_value && branch.get("type").is_none_or(|t| t == "string") =>
+            {
+                value
+            }
             _ => return,
         };
         if let Some(description) = branch.get("description").and_then(Value::as_str) {
@@ -234,6 +263,9 @@ mod tests {
     fn no_parameters_declares_none() {
         let schema = json!({"type": "object", "additionalProperties": false});
         let def = ToolDefinition::new("ping", "Ping.", schema, crate::Story::ReadOnly);
-        assert_eq!(def.to_gemini(), json!({"name": "ping", "description": "Ping."}));
+        assert_eq!(
+            def.to_gemini(),
+            json!({"name": "ping", "description": "Ping."})
+        );
     }
 }

@@ -32,7 +32,11 @@ impl ToolDefinition {
         }
         tool.insert("description".into(), json!(self.description));
         tool.insert("inputSchema".into(), schema(&self.input_schema));
-        if let Some(output) = self.output_schema.as_ref().filter(|s| s.get("type") == Some(&json!("object"))) {
+        if let Some(output) = self
+            .output_schema
+            .as_ref()
+            .filter(|s| s.get("type") == Some(&json!("object")))
+        {
             tool.insert("outputSchema".into(), schema(output));
         }
         let a = self.annotations;

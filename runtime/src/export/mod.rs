@@ -45,7 +45,13 @@ const ONE: &[&str] = &[
     "unevaluatedProperties",
 ];
 /// Keywords whose value maps names to subschemas.
-const MAP: &[&str] = &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+const MAP: &[&str] = &[
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
 /// Keywords whose value is a list of subschemas.
 const LIST: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
 
@@ -55,7 +61,9 @@ fn for_each_child(schema: &Object, mut f: impl FnMut(&str, &Value)) {
     for (keyword, value) in schema {
         let keyword = keyword.as_str();
         match value {
-            Value::Object(map) if MAP.contains(&keyword) => map.values().for_each(|v| f(keyword, v)),
+            Value::Object(map) if MAP.contains(&keyword) => {
+                map.values().for_each(|v| f(keyword, v))
+            }
             Value::Array(list) if LIST.contains(&keyword) || keyword == "items" => {
                 list.iter().for_each(|v| f(keyword, v))
             }
@@ -70,7 +78,9 @@ fn for_each_child_mut(schema: &mut Object, mut f: impl FnMut(&str, &mut Value)) 
     for (keyword, value) in schema.iter_mut() {
         let keyword = keyword.as_str();
         match value {
-            Value::Object(map) if MAP.contains(&keyword) => map.values_mut().for_each(|v| f(keyword, v)),
+            Value::Object(map) if MAP.contains(&keyword) => {
+                map.values_mut().for_each(|v| f(keyword, v))
+            }
             Value::Array(list) if LIST.contains(&keyword) || keyword == "items" => {
                 list.iter_mut().for_each(|v| f(keyword, v))
             }
@@ -92,8 +102,14 @@ pub(crate) fn close_objects(schema: &mut Value) {
 
 fn close(schema: &mut Value, may_close: bool) {
     let Value::Object(map) = schema else { return };
-    let composed = ["allOf", "anyOf", "oneOf", "$ref"].iter().any(|k| map.contains_key(*k));
-    let open = ["additionalProperties", "unevaluatedProperties", "patternProperties"];
+    let composed = ["allOf", "anyOf", "oneOf", "$ref"]
+        .iter()
+        .any(|k| map.contains_key(*k));
+    let open = [
+        "additionalProperties",
+        "unevaluatedProperties",
+        "patternProperties",
+    ];
     let has_properties = map.contains_key("properties");
     if may_close && has_properties && !composed && !open.iter().any(|k| map.contains_key(*k)) {
         map.insert("additionalProperties".into(), Value::Bool(false));
@@ -110,7 +126,9 @@ fn close(schema: &mut Value, may_close: bool) {
 
 /// The local definition a `$ref` names: `#/$defs/Name` (or `#/definitions/Name`).
 fn def_name(reference: &str) -> Option<String> {
-    let name = reference.strip_prefix("#/$defs/").or_else(|| reference.strip_prefix("#/definitions/"))?;
+    let name = reference
+        .strip_prefix("#/$defs/")
+        .or_else(|| reference.strip_prefix("#/definitions/"))?;
     (!name.contains('/')).then(|| name.replace("~1", "/").replace("~0", "~"))
 }
 
@@ -184,7 +202,10 @@ fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
         let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(def_name) else {
             return Some(map);
         };
-        schema = root.get("$defs").and_then(|d| d.get(&name)).or_else(|| root.get("definitions")?.get(&name))?;
+        schema = root
+            .get("$defs")
+            .and_then(|d| d.get(&name))
+            .or_else(|| root.get("definitions")?.get(&name))?;
     }
     None
 }
@@ -192,7 +213,9 @@ fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
 /// Removes the definitions nothing refers to any more, and `$defs` itself when it is empty.
 fn prune_defs(schema: &mut Value) {
     let defs = definitions(schema);
-    let Value::Object(root) = &*schema else { return };
+    let Value::Object(root) = &*schema else {
+        return;
+    };
     let mut body = root.clone();
     body.remove("$defs");
     body.remove("definitions");
@@ -228,18 +251,24 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
 /// united, other keywords copied. False (and nothing changed) when two branches disagree on a
 /// keyword, or a branch is not an object schema.
 fn merge_all_of(map: &mut Object) -> bool {
-    let Some(Value::Array(branches)) = map.get("allOf") else { return true };
+    let Some(Value::Array(branches)) = map.get("allOf") else {
+        return true;
+    };
     let mut merged = map.clone();
     merged.remove("allOf");
     for branch in branches {
-        let Value::Object(branch) = branch else { return false };
+        let Value::Object(branch) = branch else {
+            return false;
+        };
         for (keyword, value) in branch {
             match (keyword.as_str(), merged.get_mut(keyword)) {
                 (_, None) => {
                     merged.insert(keyword.clone(), value.clone());
                 }
                 ("properties", Some(Value::Object(properties))) => {
-                    let Value::Object(more) = value else { return false };
+                    let Value::Object(more) = value else {
+                        return false;
+                    };
                     for (name, schema) in more {
                         if properties.get(name).is_some_and(|s| s != schema) {
                             return false;
@@ -283,11 +312,13 @@ fn accepts_null(schema: &Value) -> bool {
     match schema {
         Value::Bool(b) => *b,
         Value::Object(map) => {
-            let by_type = has_type(map, "null") && !map.get("enum").is_some_and(|e| !contains_null(e));
+            let by_type = has_type(map, "null") && map.get("enum").is_none_or(contains_null);
             let by_enum = !map.contains_key("type") && map.get("enum").is_some_and(contains_null);
             let by_const = map.get("const") == Some(&Value::Null);
             let by_branch = ["anyOf", "oneOf"].iter().any(|k| {
-                map.get(*k).and_then(Value::as_array).is_some_and(|bs| bs.iter().any(accepts_null))
+                map.get(*k)
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| bs.iter().any(accepts_null))
             });
             by_type || by_enum || by_const || by_branch
         }
@@ -296,14 +327,22 @@ fn accepts_null(schema: &Value) -> bool {
 }
 
 fn contains_null(values: &Value) -> bool {
-    values.as_array().is_some_and(|vs| vs.contains(&Value::Null))
+    values
+        .as_array()
+        .is_some_and(|vs| vs.contains(&Value::Null))
 }
 
 /// The names in an object schema's `required`.
 fn required(map: &Object) -> BTreeSet<String> {
     map.get("required")
         .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -323,10 +362,14 @@ fn strip_null(schema: &mut Value) {
         values.retain(|v| !v.is_null());
     }
     for keyword in ["anyOf", "oneOf"] {
-        let Some(Value::Array(branches)) = map.get_mut(keyword) else { continue };
+        let Some(Value::Array(branches)) = map.get_mut(keyword) else {
+            continue;
+        };
         branches.retain(|b| !is_null_schema(b));
         if branches.len() == 1 {
-            let Some(Value::Object(only)) = branches.pop() else { continue };
+            let Some(Value::Object(only)) = branches.pop() else {
+                continue;
+            };
             map.remove(keyword);
             for (k, v) in only {
                 map.entry(k).or_insert(v);
@@ -361,9 +404,16 @@ mod tests {
         close_objects(&mut schema);
         assert_eq!(schema["additionalProperties"], false);
         assert_eq!(schema["properties"]["a"]["additionalProperties"], false);
-        assert_eq!(schema["properties"]["map"]["additionalProperties"], json!({"type": "string"}));
-        assert!(schema["properties"]["flat"].get("additionalProperties").is_none());
-        assert!(schema["properties"]["flat"]["oneOf"][0].get("additionalProperties").is_none());
+        assert_eq!(
+            schema["properties"]["map"]["additionalProperties"],
+            json!({"type": "string"})
+        );
+        assert!(schema["properties"]["flat"]
+            .get("additionalProperties")
+            .is_none());
+        assert!(schema["properties"]["flat"]["oneOf"][0]
+            .get("additionalProperties")
+            .is_none());
     }
 
     #[test]
@@ -392,7 +442,10 @@ mod tests {
         schema.as_object_mut().unwrap().remove("$defs");
         let text = schema.to_string();
         assert!(!text.contains("$ref"), "{text}");
-        assert_eq!(schema["properties"]["b"]["properties"]["next"]["type"], "object");
+        assert_eq!(
+            schema["properties"]["b"]["properties"]["next"]["type"],
+            "object"
+        );
     }
 
     #[test]
@@ -429,7 +482,11 @@ mod tests {
         let mut b = json!({"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}], "description": "d"});
         strip_null(&mut b);
         assert_eq!(b, json!({"$ref": "#/$defs/X", "description": "d"}));
-        assert!(accepts_null(&json!({"anyOf": [{"type": "string"}, {"type": "null"}]})));
-        assert!(!accepts_null(&json!({"type": ["string", "null"], "enum": ["a"]})));
+        assert!(accepts_null(
+            &json!({"anyOf": [{"type": "string"}, {"type": "null"}]})
+        ));
+        assert!(!accepts_null(
+            &json!({"type": ["string", "null"], "enum": ["a"]})
+        ));
     }
 }

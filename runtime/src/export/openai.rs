@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::{
-    accepts_null, for_each_child_mut, inline_refs, is_object, merge_all_of, prune_defs, required, resolve, Inline,
-    Object,
+    accepts_null, for_each_child_mut, inline_refs, is_object, merge_all_of, prune_defs, required,
+    resolve, Inline, Object,
 };
 use crate::ToolDefinition;
 
@@ -43,8 +43,17 @@ pub(crate) const KEYWORDS: &[&str] = &[
 ];
 
 /// The string formats strict mode accepts.
-pub(crate) const FORMATS: &[&str] =
-    &["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"];
+pub(crate) const FORMATS: &[&str] = &[
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
 
 /// Keywords strict mode cannot express: a schema using one is exported with `"strict": false`.
 const NOT_STRICT: &[&str] = &[
@@ -163,11 +172,17 @@ fn strictify(node: &mut Value, strict: &mut bool) {
     if let Some(default) = map.remove("default") {
         describe_default(map, default);
     }
-    if map.get("format").and_then(Value::as_str).is_some_and(|f| !FORMATS.contains(&f)) {
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| !FORMATS.contains(&f))
+    {
         map.remove("format");
     }
     map.retain(|keyword, _| KEYWORDS.contains(&keyword.as_str()));
-    let typed = ["type", "anyOf", "$ref", "enum", "const"].iter().any(|k| map.contains_key(*k));
+    let typed = ["type", "anyOf", "$ref", "enum", "const"]
+        .iter()
+        .any(|k| map.contains_key(*k));
     if !typed {
         *strict = false;
     }
@@ -180,25 +195,39 @@ fn strictify(node: &mut Value, strict: &mut bool) {
     });
 
     if is_object(map) {
-        if !matches!(map.get("additionalProperties"), None | Some(Value::Bool(false))) {
+        if !matches!(
+            map.get("additionalProperties"),
+            None | Some(Value::Bool(false))
+        ) {
             *strict = false;
         }
         map.insert("additionalProperties".into(), Value::Bool(false));
         let optional: BTreeSet<String> = {
             let required = required(map);
             let properties = map.entry("properties").or_insert_with(|| json!({}));
-            let names = properties.as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default();
+            let names = properties
+                .as_object()
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
             &names - &required
         };
-        let Some(Value::Object(properties)) = map.get_mut("properties") else { return };
+        let Some(Value::Object(properties)) = map.get_mut("properties") else {
+            return;
+        };
         for name in &optional {
             if let Some(property) = properties.get_mut(name) {
                 make_nullable(property);
             }
         }
         // The declared order first (the fields' order in the fn), then the optional ones.
-        let mut all: Vec<Value> = map.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
-        let Some(Value::Object(properties)) = map.get("properties") else { return };
+        let mut all: Vec<Value> = map
+            .get("required")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let Some(Value::Object(properties)) = map.get("properties") else {
+            return;
+        };
         all.retain(|name| name.as_str().is_some_and(|n| properties.contains_key(n)));
         all.extend(optional.iter().map(|name| json!(name)));
         map.insert("required".into(), Value::Array(all));
@@ -264,7 +293,9 @@ pub(crate) fn drop_optional_nulls(arguments: &mut Value, canonical: &Value) {
 
 fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
     const MAX_DEPTH: usize = 64;
-    let Some(schema) = resolve(schema, root) else { return };
+    let Some(schema) = resolve(schema, root) else {
+        return;
+    };
     if depth > MAX_DEPTH {
         return;
     }
@@ -272,7 +303,9 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
         Value::Object(object) => {
             if let Some(Value::Object(properties)) = schema.get("properties") {
                 let required = required(schema);
-                object.retain(|k, v| !(v.is_null() && properties.contains_key(k) && !required.contains(k)));
+                object.retain(|k, v| {
+                    !(v.is_null() && properties.contains_key(k) && !required.contains(k))
+                });
                 for (name, field) in object.iter_mut() {
                     if let Some(property) = properties.get(name) {
                         drop_nulls(field, property, root, depth + 1);
@@ -290,7 +323,11 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
             };
             let mut branches: Vec<&Value> = Vec::new();
             for keyword in ["allOf", "anyOf", "oneOf"] {
-                let mut list = schema.get(keyword).and_then(Value::as_array).into_iter().flatten();
+                let mut list = schema
+                    .get(keyword)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten();
                 match keyword {
                     "allOf" => branches.extend(list),
                     _ => branches.extend(list.find(covers)),
@@ -302,7 +339,9 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
         }
         Value::Array(items) => {
             if let Some(item) = schema.get("items") {
-                items.iter_mut().for_each(|v| drop_nulls(v, item, root, depth + 1));
+                items
+                    .iter_mut()
+                    .for_each(|v| drop_nulls(v, item, root, depth + 1));
             }
         }
         _ => {}
@@ -371,6 +410,9 @@ mod tests {
         });
         let mut args = json!({"a": null, "b": null, "n": {"x": null, "y": null}, "list": [{"x": 1, "y": null}]});
         drop_optional_nulls(&mut args, &schema);
-        assert_eq!(args, json!({"a": null, "n": {"x": null}, "list": [{"x": 1}]}));
+        assert_eq!(
+            args,
+            json!({"a": null, "n": {"x": null}, "list": [{"x": 1}]})
+        );
     }
 }

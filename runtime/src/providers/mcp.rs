@@ -22,6 +22,9 @@
 //! The tenant is the server's ([`McpServer::tenant`]), never the client's: records are kept per
 //! tenant, and a tenant a client could name would let it read another's.
 
+// `McpServer` exists with feature `mcp` only; the docs name it either way.
+#![cfg_attr(not(feature = "mcp"), allow(rustdoc::broken_intra_doc_links))]
+
 #[cfg(feature = "mcp")]
 mod server;
 
@@ -47,7 +50,13 @@ pub const META_REPLAYED: &str = "toolkey/replayed";
 ///
 /// For an MCP stack other than rmcp; [`McpServer`] uses it too.
 pub async fn handle_tools_call(toolbox: &Toolbox, params: &Value, ctx: &ToolContext) -> Value {
-    let result = run(toolbox, str_field(params, "name"), params.get("arguments"), ctx).await;
+    let result = run(
+        toolbox,
+        str_field(params, "name"),
+        params.get("arguments"),
+        ctx,
+    )
+    .await;
     call_tool_result(&result)
 }
 
@@ -87,7 +96,10 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
 /// let ctx = context_from_meta(None, "mcp-session").unwrap();
 /// assert_eq!(ctx.run_id(), "mcp-session");
 /// ```
-pub fn context_from_meta(meta: Option<&Map<String, Value>>, session_run_id: &str) -> Result<ToolContext, ToolError> {
+pub fn context_from_meta(
+    meta: Option<&Map<String, Value>>,
+    session_run_id: &str,
+) -> Result<ToolContext, ToolError> {
     let empty = Map::new();
     let meta = meta.unwrap_or(&empty);
     let text = |key: &str| match meta.get(key) {
@@ -99,7 +111,12 @@ pub fn context_from_meta(meta: Option<&Map<String, Value>>, session_run_id: &str
     let mut ctx = ToolContext::new(run_id);
     match meta.get(META_STEP) {
         None | Some(Value::Null) => {}
-        Some(step) => ctx = ctx.step(step.as_u64().ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?),
+        Some(step) => {
+            ctx = ctx.step(
+                step.as_u64()
+                    .ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?,
+            )
+        }
     }
     if let Some(event) = text(META_EVENT_ID)? {
         ctx = ctx.event(event);
@@ -108,8 +125,11 @@ pub fn context_from_meta(meta: Option<&Map<String, Value>>, session_run_id: &str
 }
 
 fn bad_meta(key: &str, expected: &str) -> ToolError {
-    ToolError::new(ErrorCode::MissingContext, format!("the request's `_meta.{key}` must be {expected}"))
-        .suggestion("this is a defect in the MCP client, not in the arguments: report it; do not retry")
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("the request's `_meta.{key}` must be {expected}"),
+    )
+    .suggestion("this is a defect in the MCP client, not in the arguments: report it; do not retry")
 }
 
 #[cfg(test)]
@@ -118,7 +138,10 @@ mod tests {
 
     #[test]
     fn results_carry_structure_replays_and_errors() {
-        let ok = Ok(ToolOutput { value: json!({"id": "inv-1"}), replayed: true });
+        let ok = Ok(ToolOutput {
+            value: json!({"id": "inv-1"}),
+            replayed: true,
+        });
         assert_eq!(
             call_tool_result(&ok),
             json!({
@@ -128,12 +151,19 @@ mod tests {
                 "_meta": {"toolkey/replayed": true}
             })
         );
-        let scalar = Ok(ToolOutput { value: json!(3), replayed: false });
-        assert_eq!(call_tool_result(&scalar), json!({"content": [{"type": "text", "text": "3"}], "isError": false}));
+        let scalar = Ok(ToolOutput {
+            value: json!(3),
+            replayed: false,
+        });
+        assert_eq!(
+            call_tool_result(&scalar),
+            json!({"content": [{"type": "text", "text": "3"}], "isError": false})
+        );
         let err = Err(ToolError::new(ErrorCode::Conflict, "no"));
         let reply = call_tool_result(&err);
         assert_eq!(reply["isError"], true);
-        let text: Value = serde_json::from_str(reply["content"][0]["text"].as_str().unwrap()).unwrap();
+        let text: Value =
+            serde_json::from_str(reply["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text["error"]["code"], "CONFLICT");
     }
 
@@ -141,7 +171,10 @@ mod tests {
     fn meta_names_run_step_and_event() {
         let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 4, "toolkey/event_id": "evt-1", "progressToken": 1});
         let ctx = context_from_meta(meta.as_object(), "session").unwrap();
-        assert_eq!((ctx.run_id(), ctx.step_number(), ctx.event_id()), ("run-7", 4, Some("evt-1")));
+        assert_eq!(
+            (ctx.run_id(), ctx.step_number(), ctx.event_id()),
+            ("run-7", 4, Some("evt-1"))
+        );
         let bad = json!({"toolkey/step": "four"});
         assert!(context_from_meta(bad.as_object(), "session").is_err());
         let bad = json!({"toolkey/run_id": 7});

@@ -37,9 +37,15 @@ pub(crate) async fn run(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     let Some(name) = name else {
-        let tools: Vec<String> = toolbox.definitions().iter().map(|d| d.name().to_string()).collect();
-        return Err(ToolError::new(ErrorCode::UnknownTool, "the tool call names no tool")
-            .suggestion(format!("call one of: {}", tools.join(", "))));
+        let tools: Vec<String> = toolbox
+            .definitions()
+            .iter()
+            .map(|d| d.name().to_string())
+            .collect();
+        return Err(
+            ToolError::new(ErrorCode::UnknownTool, "the tool call names no tool")
+                .suggestion(format!("call one of: {}", tools.join(", "))),
+        );
     };
     let Some(definition) = toolbox.definition(name) else {
         return toolbox.call(name, Value::Object(Map::new()), ctx).await;
@@ -54,9 +60,14 @@ fn parse_arguments(tool: &str, arguments: Option<&Value>) -> Result<Value, ToolE
     let retry = "send the arguments as one JSON object with the fields the tool's schema lists, then call again";
     let value = match arguments {
         None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
-        Some(Value::String(text)) if text.trim().is_empty() => return Ok(Value::Object(Map::new())),
+        Some(Value::String(text)) if text.trim().is_empty() => {
+            return Ok(Value::Object(Map::new()))
+        }
         Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
-            ToolError::invalid_arguments(format!("the arguments for `{tool}` are not valid JSON: {e}"), retry.into())
+            ToolError::invalid_arguments(
+                format!("the arguments for `{tool}` are not valid JSON: {e}"),
+                retry.into(),
+            )
         })?,
         Some(value) => value.clone(),
     };
@@ -64,7 +75,10 @@ fn parse_arguments(tool: &str, arguments: Option<&Value>) -> Result<Value, ToolE
         Value::Object(_) => Ok(value),
         Value::Null => Ok(Value::Object(Map::new())),
         other => Err(ToolError::invalid_arguments(
-            format!("the arguments for `{tool}` must be a JSON object, not {}", kind(&other)),
+            format!(
+                "the arguments for `{tool}` must be a JSON object, not {}",
+                kind(&other)
+            ),
             retry.into(),
         )),
     }
@@ -97,8 +111,11 @@ pub(crate) fn str_field<'a>(value: &'a Value, field: &str) -> Option<&'a str> {
 
 /// An error for a message of the wrong type (a `text` block where a `tool_use` was expected).
 pub(crate) fn wrong_type(expected: &str, found: &str) -> ToolError {
-    ToolError::new(ErrorCode::InvalidArguments, format!("expected a `{expected}` item, got `{found}`"))
-        .suggestion(format!("send tool calls as `{expected}` items"))
+    ToolError::new(
+        ErrorCode::InvalidArguments,
+        format!("expected a `{expected}` item, got `{found}`"),
+    )
+    .suggestion(format!("send tool calls as `{expected}` items"))
 }
 
 #[cfg(test)]
@@ -108,13 +125,25 @@ mod tests {
 
     #[test]
     fn arguments_parse_from_text_or_object() {
-        assert_eq!(parse_arguments("t", Some(&json!("{\"a\": 1}"))).unwrap(), json!({"a": 1}));
-        assert_eq!(parse_arguments("t", Some(&json!({"a": 1}))).unwrap(), json!({"a": 1}));
+        assert_eq!(
+            parse_arguments("t", Some(&json!("{\"a\": 1}"))).unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            parse_arguments("t", Some(&json!({"a": 1}))).unwrap(),
+            json!({"a": 1})
+        );
         assert_eq!(parse_arguments("t", None).unwrap(), json!({}));
         assert_eq!(parse_arguments("t", Some(&json!(""))).unwrap(), json!({}));
-        assert_eq!(parse_arguments("t", Some(&json!("null"))).unwrap(), json!({}));
+        assert_eq!(
+            parse_arguments("t", Some(&json!("null"))).unwrap(),
+            json!({})
+        );
         let err = parse_arguments("t", Some(&json!("{\"a\": "))).unwrap_err();
-        assert!(err.is(ErrorCode::InvalidArguments) && err.is_retryable(), "{err}");
+        assert!(
+            err.is(ErrorCode::InvalidArguments) && err.is_retryable(),
+            "{err}"
+        );
         let err = parse_arguments("t", Some(&json!("[1, 2]"))).unwrap_err();
         assert!(err.message().contains("not an array"), "{err}");
     }

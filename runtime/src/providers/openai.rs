@@ -32,7 +32,13 @@ pub async fn handle_tool_call(toolbox: &Toolbox, tool_call: &Value, ctx: &ToolCo
         Some(other) if other != "function" => Err(wrong_type("function", other)),
         _ => {
             let function = tool_call.get("function").unwrap_or(&Value::Null);
-            run(toolbox, str_field(function, "name"), function.get("arguments"), ctx).await
+            run(
+                toolbox,
+                str_field(function, "name"),
+                function.get("arguments"),
+                ctx,
+            )
+            .await
         }
     };
     let (content, _) = content(&result);

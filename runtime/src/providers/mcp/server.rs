@@ -3,8 +3,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeRequestParams,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -74,7 +75,10 @@ impl McpServer {
     /// Stdout carries the protocol: the program must write nothing else there.
     pub async fn serve_stdio(self) -> std::io::Result<()> {
         let toolbox = self.toolbox.clone();
-        let running = self.serve(rmcp::transport::stdio()).await.map_err(std::io::Error::other)?;
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(std::io::Error::other)?;
         let quit = running.waiting().await.map_err(std::io::Error::other);
         toolbox.shutdown().await;
         quit.map(drop)
@@ -82,7 +86,10 @@ impl McpServer {
 
     /// The session's run id: made at `initialize`, or at the first call of a client that skips it.
     fn run_id(&self, fresh: bool) -> Arc<str> {
-        let mut session = self.session_run_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut session = self
+            .session_run_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if fresh || session.is_none() {
             *session = Some(Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())));
         }
@@ -146,7 +153,8 @@ impl ServerHandler for McpServer {
                     Some(tenant) => ctx.tenant(tenant.clone()),
                     None => ctx,
                 };
-                let params = serde_json::json!({"name": request.name, "arguments": request.arguments});
+                let params =
+                    serde_json::json!({"name": request.name, "arguments": request.arguments});
                 handle_tools_call(&self.toolbox, &params, &ctx).await
             }
             Err(err) => call_tool_result(&Err(err)),
