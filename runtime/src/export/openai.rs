@@ -194,6 +194,22 @@ fn strictify(node: &mut Value, strict: &mut bool) {
         }
     });
 
+    // An object with `anyOf` beside it: its fields are spread over the branches. Closing it
+    // would forbid them; strict mode can say it only when the branches are whole objects.
+    if is_object(map) && map.contains_key("anyOf") {
+        let own_fields = map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| !p.is_empty());
+        if own_fields {
+            *strict = false;
+            return;
+        }
+        map.remove("properties");
+        map.remove("required");
+        map.remove("additionalProperties");
+        map.remove("type");
+    }
     if is_object(map) {
         if !matches!(
             map.get("additionalProperties"),
@@ -393,6 +409,26 @@ mod tests {
         assert_eq!(strict_schema(&any), None);
         let def = ToolDefinition::new("t", "d", any, crate::Story::ReadOnly);
         assert_eq!(def.to_openai()["function"]["strict"], false);
+    }
+
+    #[test]
+    fn objects_spread_over_branches_stay_open() {
+        // `#[serde(flatten)]` of an enum: the branches carry the fields.
+        let flat = json!({"type": "object", "properties": {
+            "f": {"type": "object", "properties": {"x": {"type": "string"}}, "oneOf": [
+                {"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]}
+            ]}
+        }});
+        assert_eq!(strict_schema(&flat), None);
+        // An object type beside whole-object branches: the branches say it all.
+        let tagged = json!({"type": "object", "properties": {
+            "f": {"type": "object", "oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]}]}
+        }, "required": ["f"]});
+        let strict = strict_schema(&tagged).unwrap();
+        assert_eq!(
+            strict["properties"]["f"],
+            json!({"anyOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"], "additionalProperties": false}]})
+        );
     }
 
     #[test]
