@@ -115,7 +115,7 @@ impl ToolContext {
     /// crash skips the steps that finished — returning their recorded results — and runs the
     /// missing ones. Only inside a keyed (`idempotent`) tool's body.
     ///
-    /// ```ignore
+    /// ```text
     /// let invoice = ctx.once("invoice-create", async { billing.create(&customer).await }).await?;
     /// ctx.once("invoice-email", async { mailer.send(&invoice).await }).await?;
     /// ```

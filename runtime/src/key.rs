@@ -78,10 +78,10 @@ impl fmt::Debug for IdempotencyKey {
 /// `#[arg(key = "exact")]`), integers, `bool`, `char` and UUIDs have one; unit enums get one from
 /// `#[derive(toolkey::KeyPart)]`, which uses their serde names.
 ///
-/// ```
+/// ```text
 /// #[derive(serde::Serialize, toolkey::KeyPart)]
 /// #[serde(rename_all = "snake_case")]
-/// enum Plan { Basic, Pro }
+/// enum Plan { Basic, Pro }     // key parts "basic" and "pro"
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be part of an idempotency key",
