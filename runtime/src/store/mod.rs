@@ -27,10 +27,18 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 
 /// Which record: the tenant it belongs to and the normalized key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
