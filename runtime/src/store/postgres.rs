@@ -22,6 +22,9 @@ const SCHEMA_VERSION: i32 = 1;
 /// every comparison uses it, so SQL and the Rust side never disagree inside a millisecond.
 const NOW: &str = "date_trunc('milliseconds', now())";
 
+/// Sets every session of the store's own pool to READ COMMITTED.
+const ISOLATION_OPTION: &str = "-c default_transaction_isolation=read\\ committed";
+
 /// How often `reserve` retries when the record it conflicted with is gone (released or expired)
 /// by the time it is read. Each retry needs another worker to win a race in between.
 const RESERVE_ATTEMPTS: usize = 8;
@@ -143,8 +146,10 @@ impl PostgresStore {
         let sql = self.sql.clone();
         self.run(async move |client: &mut ClientWrapper| {
             let tx = client.transaction().await.map_err(Failure::Db)?;
-            let lock: i64 = i64::from_be_bytes(
-                Sha256::digest(format!("toolkey-migrate:{}", sql.table))[..8]
+            // One lock for every toolkey migration in the database: concurrent
+            // `CREATE ... IF NOT EXISTS` of one object can still fail on a unique index.
+            let lock = i64::from_be_bytes(
+                Sha256::digest(b"toolkey-migrate")[..8]
                     .try_into()
                     .expect("eight bytes"),
             );
@@ -223,7 +228,7 @@ impl PostgresStore {
             .pool
             .get()
             .await
-            .map_err(|e| StoreError::Unavailable(format!("postgres: {e}")))?;
+            .map_err(|e| StoreError::Unavailable(with_causes(&e)))?;
         match tokio::time::timeout(self.timeout, op(&mut client)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failure::Refused(why))) => Err(StoreError::Unavailable(why)),
@@ -370,6 +375,13 @@ impl PostgresStoreBuilder {
                 if config.get_application_name().is_none() {
                     config.application_name("toolkey");
                 }
+                // The statements are written for READ COMMITTED (the server's default), whatever
+                // the server or role was configured with.
+                let options = match config.get_options() {
+                    Some(theirs) => format!("{theirs} {ISOLATION_OPTION}"),
+                    None => ISOLATION_OPTION.to_string(),
+                };
+                config.options(options);
                 let manager = Manager::from_config(
                     config,
                     NoTls,
@@ -412,12 +424,26 @@ enum Failure {
 }
 
 fn describe(e: &tokio_postgres::Error) -> String {
-    use std::error::Error as _;
-    match (e.as_db_error(), e.source()) {
-        (Some(db), _) => format!("postgres: {} ({})", db.message(), db.code().code()),
-        (None, Some(source)) => format!("postgres: {e}: {source}"),
-        (None, None) => format!("postgres: {e}"),
+    match e.as_db_error() {
+        Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
+        None => with_causes(e),
     }
+}
+
+/// `e` and its causes, which tokio-postgres and deadpool keep out of their messages
+/// ("error connecting to server": connection refused).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = format!("postgres: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// A validated SQL identifier and its quoted form.
@@ -466,6 +492,7 @@ struct Sql {
     mark_unknown: String,
     take_over: String,
     purge: String,
+    now: String,
 }
 
 impl Sql {
@@ -534,6 +561,7 @@ impl Sql {
                    AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
             ),
             purge: format!("DELETE FROM {t} WHERE state = '{COMPLETED}' AND expires_at <= {NOW}"),
+            now: format!("SELECT {}", ms(NOW)),
             schema,
             table_name: table.name,
             table: t,
@@ -658,13 +686,12 @@ impl Store for PostgresStore {
     }
 
     async fn now(&self) -> Result<SystemTime, StoreError> {
-        let sql = format!(
-            "SELECT {}",
-            format_args!("(extract(epoch FROM {NOW}) * 1000)::int8")
-        );
         let ms: i64 = self
             .run(async |client: &mut ClientWrapper| {
-                let statement = client.prepare_cached(&sql).await.map_err(Failure::Db)?;
+                let statement = client
+                    .prepare_cached(&self.sql.now)
+                    .await
+                    .map_err(Failure::Db)?;
                 let row = client
                     .query_one(&statement, &[])
                     .await
