@@ -170,7 +170,9 @@ pub enum Reservation {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The store could not be reached or did not answer. Nothing was changed by this call.
+    /// The store could not be reached or did not answer. Nothing was read; a write whose answer
+    /// was lost on the way back may still have been applied (a reserve may hold the key under a
+    /// token the caller never learned, until its lease lapses).
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
