@@ -131,9 +131,28 @@ impl PostgresStore {
         PostgresStoreBuilder::new(Source::Url(url.into()))
     }
 
-    /// A builder for a store on a pool you made (for TLS, or to share connections with the rest
-    /// of the application). `pool_size` does not apply; set timeouts on the pool as well, or an
-    /// unreachable server makes calls wait for a connection forever.
+    /// A builder for a store on a [deadpool-postgres](deadpool_postgres) 0.14 pool you made (for
+    /// TLS, or to share connections with the rest of the application). `pool_size` does not
+    /// apply. Give the pool a runtime and timeouts, or an unreachable server makes calls wait for
+    /// a connection forever; and leave its sessions at READ COMMITTED (the server's default),
+    /// which the store's statements are written for.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use deadpool_postgres::{Manager, Pool, Runtime};
+    /// use toolkey_runtime::store::PostgresStore;
+    ///
+    /// # async fn run(tls: tokio_postgres::NoTls) -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: tokio_postgres::Config = "postgres://app@db.internal/app".parse()?;
+    /// let pool = Pool::builder(Manager::new(config, tls)) // your TLS connector here
+    ///     .runtime(Runtime::Tokio1)
+    ///     .wait_timeout(Some(Duration::from_secs(5)))
+    ///     .create_timeout(Some(Duration::from_secs(5)))
+    ///     .build()?;
+    /// let store = PostgresStore::with_pool(pool).connect().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_pool(pool: Pool) -> PostgresStoreBuilder {
         PostgresStoreBuilder::new(Source::Pool(pool))
     }

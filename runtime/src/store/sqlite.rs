@@ -48,7 +48,8 @@ const COLUMNS: &str =
 /// SQLite's write lock (`BEGIN IMMEDIATE`), and every fenced write is one conditional statement,
 /// so no in-process lock is trusted to exclude another process. A statement waits up to 5 s for
 /// another process's lock before the store answers [`StoreError::Unavailable`]. Commits are
-/// durable (`synchronous = FULL`): a reservation that was answered survives a power cut.
+/// durable (`synchronous = FULL`): a reservation that was answered survives a power cut. Keep
+/// the file on a local disk: SQLite's WAL mode does not work over network file systems.
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
 /// [`SqliteStore::with_clock`] says otherwise); the processes that share a file share the machine's
