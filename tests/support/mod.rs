@@ -2,6 +2,7 @@
 //! a server going away and coming back.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -21,11 +22,13 @@ pub fn unreachable(what: &str, var: &str, url: &str, why: impl std::fmt::Display
             "{what} at {url} is unreachable under CI=true ({why}); start it with .ci/services.sh"
         );
     }
-    eprintln!(
+    // Straight to stderr: the test harness hides what eprintln! says in a passing test.
+    let _ = writeln!(
+        std::io::stderr(),
         "\n==================== SKIPPED ====================\n\
          {what} at {url} is unreachable: {why}\n\
          This test did NOT run. Start the server (bash .ci/services.sh) or set {var}.\n\
-         =================================================\n"
+         ================================================="
     );
 }
 
