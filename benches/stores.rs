@@ -9,6 +9,16 @@
 //!
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
 //! `cargo bench --features postgres,redis --bench stores`.
+//!
+//! One run on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
+//! 20 samples; differences within a few percent are noise there):
+//!
+//! | operation                 | store    | direct   | store / direct |
+//! |---------------------------|----------|----------|----------------|
+//! | postgres reserve+complete | 922 µs   | 898 µs   | 1.03           |
+//! | postgres get              | 124 µs   | 152 µs   | 0.82           |
+//! | redis reserve+complete    | 363 µs   | 369 µs   | 0.98           |
+//! | redis get                 | 147 µs   | 154 µs   | 0.95           |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
