@@ -27,10 +27,18 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 
 /// Which record: the tenant it belongs to and the normalized key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -162,7 +170,9 @@ pub enum Reservation {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The store could not be reached or did not answer. Nothing was changed by this call.
+    /// The store could not be reached or did not answer. Nothing was read; a write whose answer
+    /// was lost on the way back may still have been applied (a reserve may hold the key under a
+    /// token the caller never learned, until its lease lapses).
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.

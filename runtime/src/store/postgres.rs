@@ -1,1 +1,753 @@
-//! The PostgreSQL store (feature `postgres`).
+//! The PostgreSQL store: one table keyed by (tenant, key), every decision taken by the server.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use deadpool_postgres::{
+    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
+};
+use sha2::{Digest, Sha256};
+use tokio_postgres::NoTls;
+
+use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
+use super::{from_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::Fingerprint;
+
+/// The schema version this build writes, kept per table in `toolkey_schema_version`.
+const SCHEMA_VERSION: i32 = 1;
+
+/// The server's clock, cut to whole milliseconds as every store keeps time. Every stored time and
+/// every comparison uses it, so SQL and the Rust side never disagree inside a millisecond.
+const NOW: &str = "date_trunc('milliseconds', now())";
+
+/// Sets every session of the store's own pool to READ COMMITTED.
+const ISOLATION_OPTION: &str = "-c default_transaction_isolation=read\\ committed";
+
+/// How often `reserve` retries when the record it conflicted with is gone (released or expired)
+/// by the time it is read. Each retry needs another worker to win a race in between.
+const RESERVE_ATTEMPTS: usize = 8;
+
+/// Keeps records in one PostgreSQL table; leases and retention are judged by the server's `now()`,
+/// so workers on machines with skewed clocks agree.
+///
+/// Each operation is one statement in its own READ COMMITTED transaction; no transaction is held
+/// while a tool body runs. `reserve` is `INSERT ... ON CONFLICT DO UPDATE ... WHERE <the old
+/// record is completed and expired> RETURNING`, and only when that inserted nothing, a read of the
+/// record that is there. `complete`, `release`, `renew` and `mark_unknown` are single statements
+/// fenced by `WHERE token = $n AND state = 'in_progress'`; `take_over` is one conditional `UPDATE`,
+/// so of several workers naming a stale token exactly one wins the row lock and the others find
+/// the token changed.
+///
+/// Connections come from a [deadpool-postgres](deadpool_postgres) pool: a single
+/// `tokio_postgres::Client` would queue every call behind the slowest and die with its socket;
+/// the pool bounds the connections, drops closed ones when they are checked out (so a server
+/// restart or a killed backend costs at most the calls in flight), gives the wait, connect and
+/// recycle timeouts that make an unreachable server answer [`StoreError::Unavailable`] promptly
+/// (fail closed), and caches each connection's prepared statements. A connection whose call failed
+/// or timed out is dropped instead of returned to the pool.
+///
+/// Connections are made without TLS. To use TLS, or to share a pool, build the pool yourself and
+/// pass it to [`PostgresStore::with_pool`].
+///
+/// Outcomes are kept as `text`, not `jsonb`: `jsonb` refuses `\u0000` inside strings, and the
+/// store reads back the exact text the runtime wrote (a cell that does not parse is
+/// [`StoreError::Corrupt`]). Tenants and keys are `text`, which cannot hold a NUL character.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use toolkey_runtime::store::PostgresStore;
+///
+/// # async fn run() -> Result<(), toolkey_runtime::store::StoreError> {
+/// // The default: table `toolkey_records` on the search path, migrated on connect.
+/// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
+///
+/// // A table of your choosing, migrated by your deployment instead.
+/// let store = PostgresStore::builder("postgres://app@db.internal/app")
+///     .schema("agents")
+///     .table("tool_calls")
+///     .pool_size(8)
+///     .timeout(Duration::from_secs(2))
+///     .run_migrations(false)
+///     .connect()
+///     .await?;
+/// store.migrate().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    sql: Arc<Sql>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.sql.table)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`PostgresStore`]: where it connects, which table, how long it waits.
+#[derive(Debug)]
+pub struct PostgresStoreBuilder {
+    source: Source,
+    schema: Option<String>,
+    table: String,
+    pool_size: usize,
+    timeout: Duration,
+    run_migrations: bool,
+}
+
+enum Source {
+    Url(String),
+    Pool(Pool),
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // A URL may carry a password.
+            Source::Url(_) => f.write_str("Url(..)"),
+            Source::Pool(pool) => f.debug_tuple("Pool").field(&pool.status()).finish(),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a `key=value` string), with the
+    /// defaults: table `toolkey_records` on the search path, migrated now, 16 connections, 5 s
+    /// timeouts. The server must answer: an unreachable one is [`StoreError::Unavailable`].
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::builder(url).connect().await
+    }
+
+    /// A builder for a store connecting to `url`.
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(Source::Url(url.into()))
+    }
+
+    /// A builder for a store on a [deadpool-postgres](deadpool_postgres) 0.14 pool you made (for
+    /// TLS, or to share connections with the rest of the application). `pool_size` does not
+    /// apply. Give the pool a runtime and timeouts, or an unreachable server makes calls wait for
+    /// a connection forever; and leave its sessions at READ COMMITTED (the server's default),
+    /// which the store's statements are written for.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use deadpool_postgres::{Manager, Pool, Runtime};
+    /// use toolkey_runtime::store::PostgresStore;
+    ///
+    /// # async fn run(tls: tokio_postgres::NoTls) -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: tokio_postgres::Config = "postgres://app@db.internal/app".parse()?;
+    /// let pool = Pool::builder(Manager::new(config, tls)) // your TLS connector here
+    ///     .runtime(Runtime::Tokio1)
+    ///     .wait_timeout(Some(Duration::from_secs(5)))
+    ///     .create_timeout(Some(Duration::from_secs(5)))
+    ///     .build()?;
+    /// let store = PostgresStore::with_pool(pool).connect().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_pool(pool: Pool) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(Source::Pool(pool))
+    }
+
+    /// Creates the schema, table and index if they are missing and records the schema version;
+    /// refuses a table of a newer version. Safe to run from many processes at once (it holds an
+    /// advisory lock on the table's name). [`PostgresStoreBuilder::connect`] runs it unless told
+    /// not to.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let sql = self.sql.clone();
+        self.run(async move |client: &mut ClientWrapper| {
+            let tx = client.transaction().await.map_err(Failure::Db)?;
+            // One lock for every toolkey migration in the database: concurrent
+            // `CREATE ... IF NOT EXISTS` of one object can still fail on a unique index.
+            let lock = i64::from_be_bytes(
+                Sha256::digest(b"toolkey-migrate")[..8]
+                    .try_into()
+                    .expect("eight bytes"),
+            );
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+                .await
+                .map_err(Failure::Db)?;
+            if let Some(schema) = &sql.schema {
+                // CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema
+                // exists, so look first.
+                let exists = tx
+                    .query_opt(
+                        "SELECT 1 FROM pg_namespace WHERE nspname = $1",
+                        &[&schema.name],
+                    )
+                    .await
+                    .map_err(Failure::Db)?
+                    .is_some();
+                if !exists {
+                    tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", schema.quoted))
+                        .await
+                        .map_err(Failure::Db)?;
+                }
+            }
+            tx.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (
+                     table_name text PRIMARY KEY,
+                     version    integer NOT NULL
+                 )",
+                sql.versions
+            ))
+            .await
+            .map_err(Failure::Db)?;
+            let version: Option<i32> = tx
+                .query_opt(
+                    &format!("SELECT version FROM {} WHERE table_name = $1", sql.versions),
+                    &[&sql.table_name],
+                )
+                .await
+                .map_err(Failure::Db)?
+                .map(|row| row.get(0));
+            match version {
+                None => {
+                    tx.batch_execute(&sql.create).await.map_err(Failure::Db)?;
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {} (table_name, version) VALUES ($1, $2)",
+                            sql.versions
+                        ),
+                        &[&sql.table_name, &SCHEMA_VERSION],
+                    )
+                    .await
+                    .map_err(Failure::Db)?;
+                }
+                Some(SCHEMA_VERSION) => {}
+                Some(other) => {
+                    return Err(Failure::Refused(format!(
+                        "postgres: table {} has schema version {other}, this toolkey knows version \
+                         {SCHEMA_VERSION}: it was migrated by a newer toolkey",
+                        sql.table
+                    )))
+                }
+            }
+            tx.commit().await.map_err(Failure::Db)
+        })
+        .await
+    }
+
+    /// Runs `op` on a pooled connection within the store's timeout. A connection whose call
+    /// failed or timed out is dropped rather than returned to the pool: its socket may be dead
+    /// in a way the pool's checks would not see.
+    async fn run<T>(
+        &self,
+        op: impl AsyncFnOnce(&mut ClientWrapper) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Unavailable(with_causes(&e)))?;
+        match tokio::time::timeout(self.timeout, op(&mut client)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failure::Refused(why))) => Err(StoreError::Unavailable(why)),
+            Ok(Err(Failure::Db(e))) => {
+                drop(Object::take(client));
+                Err(StoreError::Unavailable(describe(&e)))
+            }
+            Err(_) => {
+                drop(Object::take(client));
+                Err(StoreError::Unavailable(format!(
+                    "postgres: no answer within {:?}",
+                    self.timeout
+                )))
+            }
+        }
+    }
+
+    /// Runs one prepared statement that reports the rows it changed.
+    async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.run(async |client: &mut ClientWrapper| {
+            let statement = client.prepare_cached(sql).await.map_err(Failure::Db)?;
+            client
+                .execute(&statement, params)
+                .await
+                .map_err(Failure::Db)
+        })
+        .await
+    }
+
+    /// Reads the record of `key` and the server's clock in one statement.
+    async fn read(&self, key: &RecordKey) -> Result<Option<(StoredRecord, i64)>, StoreError> {
+        let row = self
+            .run(async |client: &mut ClientWrapper| {
+                let statement = client
+                    .prepare_cached(&self.sql.read)
+                    .await
+                    .map_err(Failure::Db)?;
+                client
+                    .query_opt(&statement, &[&key.tenant, &key.key])
+                    .await
+                    .map_err(Failure::Db)
+            })
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let corrupt =
+            |e: tokio_postgres::Error| StoreError::corrupt(key, format!("unreadable column: {e}"));
+        let stored = StoredRecord {
+            state: row.try_get(0).map_err(corrupt)?,
+            token: row.try_get(1).map_err(corrupt)?,
+            fingerprint: row.try_get(2).map_err(corrupt)?,
+            since_ms: row.try_get(3).map_err(corrupt)?,
+            lease_until_ms: row.try_get(4).map_err(corrupt)?,
+            outcome: row.try_get(5).map_err(corrupt)?,
+            completed_at_ms: row.try_get(6).map_err(corrupt)?,
+            expires_at_ms: row.try_get(7).map_err(corrupt)?,
+        };
+        let now: i64 = row.try_get(8).map_err(corrupt)?;
+        Ok(Some((stored, now)))
+    }
+
+    /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
+    /// careless migration might. For the conformance suite's corruption check.
+    #[doc(hidden)]
+    pub async fn __corrupt(&self, key: &RecordKey) {
+        let sql = format!(
+            "UPDATE {} SET outcome = '{{not json' WHERE tenant = $1 AND key = $2",
+            self.sql.table
+        );
+        self.execute(&sql, &[&key.tenant, &key.key])
+            .await
+            .expect("corrupt a record");
+    }
+}
+
+impl PostgresStoreBuilder {
+    fn new(source: Source) -> Self {
+        PostgresStoreBuilder {
+            source,
+            schema: None,
+            table: "toolkey_records".into(),
+            pool_size: 16,
+            timeout: Duration::from_secs(5),
+            run_migrations: true,
+        }
+    }
+
+    /// The schema that holds the table (created by the migration if missing). Default: none, the
+    /// connection's search path decides. A letter or `_`, then letters, digits or `_`; at most
+    /// 63 bytes; kept in the case given (it is quoted).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The table's name. Default `toolkey_records`. A letter or `_`, then letters, digits or `_`;
+    /// at most 48 bytes (its index is named after it); kept in the case given (it is quoted).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The most connections the store opens. Default 16.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How long a call waits for a connection, and then for the server's answer, before it is
+    /// [`StoreError::Unavailable`]. Default 5 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether [`connect`](PostgresStoreBuilder::connect) runs [`PostgresStore::migrate`].
+    /// Default true; turn it off where the application's role may not create tables and the
+    /// deployment migrates instead.
+    pub fn run_migrations(mut self, run: bool) -> Self {
+        self.run_migrations = run;
+        self
+    }
+
+    /// Builds the store and checks that the server answers (migrating if so configured).
+    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+        let schema = self
+            .schema
+            .as_deref()
+            .map(|s| Ident::new("schema", s, 63))
+            .transpose()?;
+        let table = Ident::new("table", &self.table, 48)?;
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+                    StoreError::Unavailable(format!("postgres: bad connection string: {e}"))
+                })?;
+                if config.get_connect_timeout().is_none() {
+                    config.connect_timeout(self.timeout);
+                }
+                if config.get_application_name().is_none() {
+                    config.application_name("toolkey");
+                }
+                // The statements are written for READ COMMITTED (the server's default), whatever
+                // the server or role was configured with.
+                let options = match config.get_options() {
+                    Some(theirs) => format!("{theirs} {ISOLATION_OPTION}"),
+                    None => ISOLATION_OPTION.to_string(),
+                };
+                config.options(options);
+                let manager = Manager::from_config(
+                    config,
+                    NoTls,
+                    ManagerConfig {
+                        recycling_method: RecyclingMethod::Fast,
+                    },
+                );
+                Pool::builder(manager)
+                    .max_size(self.pool_size)
+                    .runtime(Runtime::Tokio1)
+                    .wait_timeout(Some(self.timeout))
+                    .create_timeout(Some(self.timeout))
+                    .recycle_timeout(Some(self.timeout))
+                    .build()
+                    .map_err(|e| {
+                        StoreError::Unavailable(format!("postgres: cannot build the pool: {e}"))
+                    })?
+            }
+        };
+        let store = PostgresStore {
+            pool,
+            sql: Arc::new(Sql::new(schema, table)),
+            timeout: self.timeout,
+        };
+        if self.run_migrations {
+            store.migrate().await?;
+        } else {
+            store.now().await?;
+        }
+        Ok(store)
+    }
+}
+
+/// Why an operation on a connection failed.
+enum Failure {
+    /// The server or the connection failed: the connection is not trusted again.
+    Db(tokio_postgres::Error),
+    /// The operation refused to go on (a schema of another version); the connection is fine.
+    Refused(String),
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
+        None => with_causes(e),
+    }
+}
+
+/// `e` and its causes, which tokio-postgres and deadpool keep out of their messages
+/// ("error connecting to server": connection refused).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = format!("postgres: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// A validated SQL identifier and its quoted form.
+#[derive(Debug)]
+struct Ident {
+    name: String,
+    quoted: String,
+}
+
+impl Ident {
+    fn new(what: &str, name: &str, max: usize) -> Result<Ident, StoreError> {
+        let mut chars = name.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && name.len() <= max;
+        if !valid {
+            return Err(StoreError::Unavailable(format!(
+                "postgres: invalid {what} name {name:?}: expected a letter or `_`, then letters, \
+                 digits or `_`, at most {max} bytes"
+            )));
+        }
+        Ok(Ident {
+            name: name.to_string(),
+            quoted: format!("\"{name}\""),
+        })
+    }
+}
+
+/// The statements of one table, written once when the store is built.
+#[derive(Debug)]
+struct Sql {
+    schema: Option<Ident>,
+    /// The table's name, as the version table keys it.
+    table_name: String,
+    /// The table, quoted and qualified.
+    table: String,
+    versions: String,
+    create: String,
+    reserve: String,
+    read: String,
+    complete: String,
+    release: String,
+    renew: String,
+    mark_unknown: String,
+    take_over: String,
+    purge: String,
+    now: String,
+}
+
+impl Sql {
+    fn new(schema: Option<Ident>, table: Ident) -> Sql {
+        let qualify = |name: &str| match &schema {
+            Some(s) => format!("{}.{name}", s.quoted),
+            None => name.to_string(),
+        };
+        let t = qualify(&table.quoted);
+        let index = format!("\"{}_expires_at\"", table.name);
+        let ms = |column: &str| format!("(extract(epoch FROM {column}) * 1000)::int8");
+        let fenced = format!("tenant = $1 AND key = $2 AND token = $3 AND state = '{IN_PROGRESS}'");
+        Sql {
+            versions: qualify("toolkey_schema_version"),
+            create: format!(
+                "CREATE TABLE {t} (
+                     tenant       text NOT NULL,
+                     key          text NOT NULL,
+                     state        text NOT NULL,
+                     token        text NOT NULL,
+                     fingerprint  text NOT NULL,
+                     since        timestamptz NOT NULL,
+                     lease_until  timestamptz NOT NULL,
+                     outcome      text,
+                     completed_at timestamptz,
+                     expires_at   timestamptz,
+                     PRIMARY KEY (tenant, key)
+                 );
+                 CREATE INDEX {index} ON {t} (expires_at) WHERE state = '{COMPLETED}';"
+            ),
+            reserve: format!(
+                "INSERT INTO {t} AS r (tenant, key, state, token, fingerprint, since, lease_until)
+                 VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+                 ON CONFLICT (tenant, key) DO UPDATE SET
+                     state = EXCLUDED.state, token = EXCLUDED.token,
+                     fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since,
+                     lease_until = EXCLUDED.lease_until, outcome = NULL,
+                     completed_at = NULL, expires_at = NULL
+                 WHERE r.state = '{COMPLETED}' AND r.expires_at <= {NOW}
+                 RETURNING r.token"
+            ),
+            read: format!(
+                "SELECT state, token, fingerprint, {}, {}, outcome, {}, {}, {}
+                 FROM {t} WHERE tenant = $1 AND key = $2",
+                ms("since"),
+                ms("lease_until"),
+                ms("completed_at"),
+                ms("expires_at"),
+                ms(NOW),
+            ),
+            complete: format!(
+                "UPDATE {t} SET state = '{COMPLETED}', outcome = $4, completed_at = {NOW},
+                     expires_at = {NOW} + $5::int8 * interval '1 millisecond'
+                 WHERE {fenced}"
+            ),
+            release: format!("DELETE FROM {t} WHERE {fenced}"),
+            renew: format!(
+                "UPDATE {t} SET lease_until = {NOW} + $4::int8 * interval '1 millisecond'
+                 WHERE {fenced}"
+            ),
+            mark_unknown: format!("UPDATE {t} SET state = '{UNKNOWN}' WHERE {fenced}"),
+            take_over: format!(
+                "UPDATE {t} SET state = '{IN_PROGRESS}', token = $4, since = {NOW},
+                     lease_until = {NOW} + $5::int8 * interval '1 millisecond'
+                 WHERE tenant = $1 AND key = $2 AND token = $3
+                   AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
+            ),
+            purge: format!("DELETE FROM {t} WHERE state = '{COMPLETED}' AND expires_at <= {NOW}"),
+            now: format!("SELECT {}", ms(NOW)),
+            schema,
+            table_name: table.name,
+            table: t,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        let (fp, lease) = (fingerprint.to_hex(), span_ms(lease));
+        for _ in 0..RESERVE_ATTEMPTS {
+            let token = Token::generate();
+            let inserted = self
+                .run(async |client: &mut ClientWrapper| {
+                    let statement = client
+                        .prepare_cached(&self.sql.reserve)
+                        .await
+                        .map_err(Failure::Db)?;
+                    client
+                        .query_opt(
+                            &statement,
+                            &[&key.tenant, &key.key, &token.as_str(), &fp, &lease],
+                        )
+                        .await
+                        .map_err(Failure::Db)
+                })
+                .await?;
+            if inserted.is_some() {
+                return Ok(Reservation::Reserved(token));
+            }
+            // The conflicting record may be gone (released) or expired by now: then try again.
+            if let Some((stored, now)) = self.read(key).await? {
+                if !stored.expired(now) {
+                    return stored.into_record(key, now).map(Reservation::Existing);
+                }
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "postgres: the record of {key:?} changed under {RESERVE_ATTEMPTS} reserve attempts"
+        )))
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        let (text, retain) = (outcome.to_stored(), span_ms(retain));
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&key.tenant, &key.key, &token.as_str(), &text, &retain];
+        Ok(self.execute(&self.sql.complete, &params).await? > 0)
+    }
+
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        Ok(self
+            .execute(&self.sql.release, &[&key.tenant, &key.key, &token.as_str()])
+            .await?
+            > 0)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let lease = span_ms(lease);
+        Ok(self
+            .execute(
+                &self.sql.renew,
+                &[&key.tenant, &key.key, &token.as_str(), &lease],
+            )
+            .await?
+            > 0)
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        Ok(self
+            .execute(
+                &self.sql.mark_unknown,
+                &[&key.tenant, &key.key, &token.as_str()],
+            )
+            .await?
+            > 0)
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        let (token, lease) = (Token::generate(), span_ms(lease));
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &key.tenant,
+            &key.key,
+            &stale.as_str(),
+            &token.as_str(),
+            &lease,
+        ];
+        let won = self.execute(&self.sql.take_over, &params).await? > 0;
+        Ok(won.then_some(token))
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        match self.read(key).await? {
+            Some((stored, now)) if !stored.expired(now) => stored.into_record(key, now).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.execute(&self.sql.purge, &[]).await
+    }
+
+    async fn now(&self) -> Result<SystemTime, StoreError> {
+        let ms: i64 = self
+            .run(async |client: &mut ClientWrapper| {
+                let statement = client
+                    .prepare_cached(&self.sql.now)
+                    .await
+                    .map_err(Failure::Db)?;
+                let row = client
+                    .query_one(&statement, &[])
+                    .await
+                    .map_err(Failure::Db)?;
+                row.try_get(0).map_err(Failure::Db)
+            })
+            .await?;
+        Ok(from_millis(ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_validated_and_quoted() {
+        assert_eq!(
+            Ident::new("table", "Tool_calls2", 48).unwrap().quoted,
+            "\"Tool_calls2\""
+        );
+        for bad in ["", "1abc", "a-b", "a\"b", "a b", "a;drop", "ä"] {
+            assert!(Ident::new("table", bad, 48).is_err(), "{bad:?} accepted");
+        }
+        assert!(Ident::new("table", &"a".repeat(49), 48).is_err());
+    }
+
+    #[test]
+    fn statements_name_the_qualified_table() {
+        let sql = Sql::new(
+            Some(Ident::new("schema", "agents", 63).unwrap()),
+            Ident::new("table", "calls", 48).unwrap(),
+        );
+        assert_eq!(sql.table, "\"agents\".\"calls\"");
+        assert_eq!(sql.versions, "\"agents\".toolkey_schema_version");
+        assert!(sql
+            .reserve
+            .contains("INSERT INTO \"agents\".\"calls\" AS r"));
+    }
+}

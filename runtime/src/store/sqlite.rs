@@ -1,1 +1,475 @@
-//! The embedded SQLite store (feature `sqlite`, on by default).
+//! The embedded store: one SQLite file, shared safely by every process on the machine.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
+use super::{
+    to_millis, Clock, Outcome, Record, RecordKey, Reservation, Store, StoreError, SystemClock,
+    Token,
+};
+use crate::Fingerprint;
+
+/// The schema version this build writes, kept in `PRAGMA user_version`.
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long a statement waits for another process's write lock before the store answers
+/// [`StoreError::Unavailable`].
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA: &str = "
+CREATE TABLE toolkey_records (
+    tenant          TEXT NOT NULL,
+    key             TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    token           TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    since_ms        INTEGER NOT NULL,
+    lease_until_ms  INTEGER NOT NULL,
+    outcome         TEXT,
+    completed_at_ms INTEGER,
+    expires_at_ms   INTEGER,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX toolkey_records_expiry ON toolkey_records (expires_at_ms) WHERE state = 'completed';
+";
+
+const COLUMNS: &str =
+    "state, token, fingerprint, since_ms, lease_until_ms, outcome, completed_at_ms, expires_at_ms";
+
+/// Keeps records in one SQLite file (the bundled SQLite, in WAL mode).
+///
+/// Several processes may open the same file: every reserve is settled inside the database, under
+/// SQLite's write lock (`BEGIN IMMEDIATE`), and every fenced write is one conditional statement,
+/// so no in-process lock is trusted to exclude another process. A statement waits up to 5 s for
+/// another process's lock before the store answers [`StoreError::Unavailable`]. Commits are
+/// durable (`synchronous = FULL`): a reservation that was answered survives a power cut. Keep
+/// the file on a local disk: SQLite's WAL mode does not work over network file systems.
+///
+/// Leases and retention are judged by this process's clock ([`SystemClock`] unless
+/// [`SqliteStore::with_clock`] says otherwise); the processes that share a file share the machine's
+/// clock. Calls run on tokio's blocking pool, so the store needs a tokio runtime.
+///
+/// ```no_run
+/// use toolkey_runtime::store::SqliteStore;
+///
+/// # fn main() -> Result<(), toolkey_runtime::store::StoreError> {
+/// let store = SqliteStore::open("toolkey.db")?; // created with its schema if new
+/// # drop(store);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    clock: Box<dyn Clock>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store in the file at `path`, creating its schema if the file has
+    /// none. A file written by a newer toolkey (an unknown schema version) is refused with
+    /// [`StoreError::Unavailable`] naming both versions, rather than read wrongly.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let conn = Connection::open(path).map_err(|e| {
+            StoreError::Unavailable(format!("sqlite: cannot open {}: {e}", path.display()))
+        })?;
+        SqliteStore::setup(conn)
+    }
+
+    /// A store in memory: private to this store, gone when it is dropped. For tests.
+    ///
+    /// ```
+    /// use toolkey_runtime::store::SqliteStore;
+    ///
+    /// let store = SqliteStore::open_in_memory().unwrap();
+    /// # drop(store);
+    /// ```
+    pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory().map_err(unavailable)?;
+        SqliteStore::setup(conn)
+    }
+
+    /// Judges leases and retention by `clock` instead of the system clock, so tests can move
+    /// time without sleeping.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use toolkey_runtime::store::{ManualClock, SqliteStore};
+    ///
+    /// let clock = Arc::new(ManualClock::new());
+    /// let store = SqliteStore::open_in_memory().unwrap().with_clock(clock.clone());
+    /// # drop(store);
+    /// ```
+    pub fn with_clock(mut self, clock: impl Clock) -> SqliteStore {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    fn setup(mut conn: Connection) -> Result<SqliteStore, StoreError> {
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
+        // An in-memory database answers "memory": it has no other process to share with.
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0))
+            .map_err(unavailable)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(unavailable)?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+            clock: Box::new(SystemClock),
+        })
+    }
+
+    fn now_ms(&self) -> i64 {
+        to_millis(self.clock.now())
+    }
+
+    /// Runs `f` with the connection on tokio's blocking pool.
+    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = lock(&conn);
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+    }
+
+    /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
+    /// careless migration might. For the conformance suite's corruption check.
+    #[doc(hidden)]
+    pub fn __corrupt(&self, key: &RecordKey) {
+        lock(&self.conn)
+            .execute(
+                "UPDATE toolkey_records SET outcome = '{not json' WHERE tenant = ?1 AND key = ?2",
+                params![key.tenant, key.key],
+            )
+            .expect("corrupt a record");
+    }
+}
+
+/// The connection, even after a panic while it was held; a transaction the panic left open is
+/// rolled back so the next call starts clean.
+fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    conn
+}
+
+/// Creates the schema in a new file, accepts the current one, refuses any other. Runs under the
+/// write lock, so processes opening a new file together create it once.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(unavailable)?;
+    let version: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(unavailable)?;
+    match version {
+        0 => {
+            tx.execute_batch(SCHEMA).map_err(unavailable)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(unavailable)?;
+        }
+        SCHEMA_VERSION => {}
+        other => {
+            return Err(StoreError::Unavailable(format!(
+                "sqlite: the database has schema version {other}, this toolkey knows version \
+                 {SCHEMA_VERSION}: it was written by another program or a newer toolkey"
+            )))
+        }
+    }
+    tx.commit().map_err(unavailable)
+}
+
+fn unavailable(e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("sqlite: {e}"))
+}
+
+/// Reads the record of `key`, if there is one.
+fn read(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM toolkey_records WHERE tenant = ?1 AND key = ?2"
+        ))
+        .map_err(unavailable)?;
+    let mut rows = stmt
+        .query(params![key.tenant, key.key])
+        .map_err(unavailable)?;
+    let Some(row) = rows.next().map_err(unavailable)? else {
+        return Ok(None);
+    };
+    let text = |i: usize| -> Result<Option<String>, StoreError> {
+        match row.get_ref(i).map_err(unavailable)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Text(t) => String::from_utf8(t.to_vec())
+                .map(Some)
+                .map_err(|_| StoreError::corrupt(key, format!("column {i} is not UTF-8"))),
+            other => Err(StoreError::corrupt(
+                key,
+                format!("column {i} holds {}, expected text", other.data_type()),
+            )),
+        }
+    };
+    let int = |i: usize| -> Result<Option<i64>, StoreError> {
+        match row.get_ref(i).map_err(unavailable)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Integer(n) => Ok(Some(n)),
+            other => Err(StoreError::corrupt(
+                key,
+                format!(
+                    "column {i} holds {}, expected an integer",
+                    other.data_type()
+                ),
+            )),
+        }
+    };
+    let missing = |what: &str| StoreError::corrupt(key, format!("{what} is missing"));
+    Ok(Some(StoredRecord {
+        state: text(0)?.ok_or_else(|| missing("state"))?,
+        token: text(1)?.ok_or_else(|| missing("token"))?,
+        fingerprint: text(2)?.ok_or_else(|| missing("fingerprint"))?,
+        since_ms: int(3)?.ok_or_else(|| missing("since"))?,
+        lease_until_ms: int(4)?.ok_or_else(|| missing("lease"))?,
+        outcome: text(5)?,
+        completed_at_ms: int(6)?,
+        expires_at_ms: int(7)?,
+    }))
+}
+
+/// Runs one fenced statement; true when it changed a row.
+fn fenced(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
+    Ok(stmt.execute(params).map_err(unavailable)? > 0)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        let (key, fp, now) = (key.clone(), fingerprint.to_hex(), self.now_ms());
+        let lease_until = now.saturating_add(span_ms(lease));
+        self.run(move |conn| {
+            // The write lock is taken before anything is read: of two processes reserving one
+            // key, the second reads the first's committed row.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(unavailable)?;
+            let token = Token::generate();
+            let inserted = fenced(
+                &tx,
+                &format!(
+                    "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
+                     VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
+                     ON CONFLICT (tenant, key) DO UPDATE SET
+                         state = excluded.state, token = excluded.token,
+                         fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
+                         lease_until_ms = excluded.lease_until_ms, outcome = NULL,
+                         completed_at_ms = NULL, expires_at_ms = NULL
+                     WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
+                ),
+                params![key.tenant, key.key, token.as_str(), fp, now, lease_until],
+            )?;
+            let answer = if inserted {
+                Reservation::Reserved(token)
+            } else {
+                let stored = read(&tx, &key)?.ok_or_else(|| {
+                    StoreError::Unavailable("sqlite: a conflicting row vanished".into())
+                })?;
+                Reservation::Existing(stored.into_record(&key, now)?)
+            };
+            tx.commit().map_err(unavailable)?;
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        let (key, token, text, now) = (
+            key.clone(),
+            token.clone(),
+            outcome.to_stored(),
+            self.now_ms(),
+        );
+        let expires_at = now.saturating_add(span_ms(retain));
+        self.run(move |conn| {
+            fenced(
+                conn,
+                &format!(
+                    "UPDATE toolkey_records
+                     SET state = '{COMPLETED}', outcome = ?4, completed_at_ms = ?5, expires_at_ms = ?6
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                ),
+                params![key.tenant, key.key, token.as_str(), text, now, expires_at],
+            )
+        })
+        .await
+    }
+
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        let (key, token) = (key.clone(), token.clone());
+        self.run(move |conn| {
+            fenced(
+                conn,
+                &format!(
+                    "DELETE FROM toolkey_records
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                ),
+                params![key.tenant, key.key, token.as_str()],
+            )
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let (key, token) = (key.clone(), token.clone());
+        let lease_until = self.now_ms().saturating_add(span_ms(lease));
+        self.run(move |conn| {
+            fenced(
+                conn,
+                &format!(
+                    "UPDATE toolkey_records SET lease_until_ms = ?4
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                ),
+                params![key.tenant, key.key, token.as_str(), lease_until],
+            )
+        })
+        .await
+    }
+
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        let (key, token) = (key.clone(), token.clone());
+        self.run(move |conn| {
+            fenced(
+                conn,
+                &format!(
+                    "UPDATE toolkey_records SET state = '{UNKNOWN}'
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                ),
+                params![key.tenant, key.key, token.as_str()],
+            )
+        })
+        .await
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        let (key, stale, now) = (key.clone(), stale.clone(), self.now_ms());
+        let lease_until = now.saturating_add(span_ms(lease));
+        self.run(move |conn| {
+            let token = Token::generate();
+            let won = fenced(
+                conn,
+                &format!(
+                    "UPDATE toolkey_records
+                     SET state = '{IN_PROGRESS}', token = ?4, since_ms = ?5, lease_until_ms = ?6
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3
+                       AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until_ms <= ?5))"
+                ),
+                params![key.tenant, key.key, stale.as_str(), token.as_str(), now, lease_until],
+            )?;
+            Ok(won.then_some(token))
+        })
+        .await
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        let (key, now) = (key.clone(), self.now_ms());
+        self.run(move |conn| match read(conn, &key)? {
+            Some(stored) if !stored.expired(now) => stored.into_record(&key, now).map(Some),
+            _ => Ok(None),
+        })
+        .await
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let now = self.now_ms();
+        self.run(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "DELETE FROM toolkey_records WHERE state = '{COMPLETED}' AND expires_at_ms <= ?1"
+                ))
+                .map_err(unavailable)?;
+            Ok(stmt.execute(params![now]).map_err(unavailable)? as u64)
+        })
+        .await
+    }
+
+    async fn now(&self) -> Result<SystemTime, StoreError> {
+        Ok(self.clock.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile_dir();
+        let path = dir.join("newer.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Unavailable(m) if m.contains("schema version 2")),
+            "{err}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn reopening_keeps_the_schema() {
+        let dir = tempfile_dir();
+        let path = dir.join("again.db");
+        drop(SqliteStore::open(&path).unwrap());
+        drop(SqliteStore::open(&path).unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A fresh directory under the system's temporary directory (the runtime has no tempfile
+    /// dependency).
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("toolkey-sqlite-{}", Token::generate()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Makes sure PostgreSQL and Redis run and answer on 127.0.0.1 before the store tests, installing
+# them from Debian's packages on a machine that has none. Safe to run again. Exports nothing: the
+# tests use their default URLs, postgres://postgres@127.0.0.1:5432/test and
+# redis://127.0.0.1:6379.
+set -euo pipefail
+
+PG_HOST=127.0.0.1
+PG_USER=postgres
+PG_DB=test
+REDIS_HOST=127.0.0.1
+REDIS_PORT=6379
+WAIT_SECONDS=30
+
+log() { echo "services: $*" >&2; }
+fail() {
+    echo "services: ERROR: $*" >&2
+    exit 1
+}
+
+apt_updated=
+install() {
+    if [ -z "$apt_updated" ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# Runs "$@" until it succeeds, for at most WAIT_SECONDS; fails naming $what otherwise.
+wait_for() {
+    local what=$1
+    shift
+    local i
+    for ((i = 0; i < WAIT_SECONDS * 4; i++)); do
+        if "$@" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.25
+    done
+    fail "$what did not answer on 127.0.0.1 within ${WAIT_SECONDS}s"
+}
+
+pg_ready() { pg_isready -h "$PG_HOST" -q; }
+pg_sql() { psql -h "$PG_HOST" -U "$PG_USER" -d postgres -v ON_ERROR_STOP=1 -tAc "$1"; }
+redis_ready() { [ "$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+installed_pg=
+if ! command -v pg_ctlcluster >/dev/null || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+    log "PostgreSQL is not installed: installing it"
+    install postgresql
+    installed_pg=1
+fi
+if ! pg_ready; then
+    version=$(ls /etc/postgresql | head -1)
+    log "starting PostgreSQL $version"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start ||
+        log "pg_ctlcluster could not start the cluster (it may be starting already)"
+fi
+wait_for PostgreSQL pg_ready
+
+if ! pg_sql "SELECT 1" >/dev/null 2>&1; then
+    if [ -n "$installed_pg" ]; then
+        # A fresh Debian install asks for a password over TCP; the tests connect as postgres
+        # without one, as on the machines this project runs on.
+        version=$(ls /etc/postgresql | head -1)
+        hba=/etc/postgresql/$version/main/pg_hba.conf
+        log "allowing $PG_USER to connect from $PG_HOST without a password ($hba)"
+        sed -i "1i host all all $PG_HOST/32 trust" "$hba"
+        pg_ctlcluster --skip-systemctl-redirect "$version" main reload
+        wait_for "PostgreSQL (as $PG_USER, no password)" pg_sql "SELECT 1"
+    else
+        fail "PostgreSQL answers but refuses user $PG_USER from $PG_HOST without a password; \
+allow it in pg_hba.conf or set TOOLKEY_POSTGRES_URL for the tests"
+    fi
+fi
+
+if [ "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != 1 ]; then
+    log "creating database $PG_DB"
+    pg_sql "CREATE DATABASE \"$PG_DB\"" >/dev/null
+fi
+
+# --- Redis --------------------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    log "Redis is not installed: installing it"
+    install redis-server
+fi
+if ! redis_ready; then
+    log "starting Redis on $REDIS_HOST:$REDIS_PORT"
+    redis-server --daemonize yes --bind "$REDIS_HOST" --port "$REDIS_PORT" --save "" --appendonly no
+fi
+wait_for Redis redis_ready
+
+log "PostgreSQL ($PG_HOST:5432, database $PG_DB) and Redis ($REDIS_HOST:$REDIS_PORT) are ready"

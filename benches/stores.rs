@@ -1,0 +1,344 @@
+//! The server stores next to the same server work written directly with the client crates, so the
+//! stores' own overhead reads as a ratio.
+//!
+//! For each of PostgreSQL and Redis: the reserve and complete of a fresh key, and the get of a
+//! completed key; once through the store, once as the same statements (PostgreSQL: a prepared
+//! `INSERT ... RETURNING` and `UPDATE`, each on a client from a deadpool pool) or the same
+//! `EVALSHA` calls (Redis, on a `ConnectionManager`). The direct statements and scripts mirror
+//! those in `runtime/src/store/{postgres,redis}.rs`.
+//!
+//! Needs the servers of the store tests (`bash .ci/services.sh`):
+//! `cargo bench --features postgres,redis --bench stores`.
+//!
+//! One run on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
+//! 20 samples; differences within a few percent are noise there):
+//!
+//! | operation                 | store    | direct   | store / direct |
+//! |---------------------------|----------|----------|----------------|
+//! | postgres reserve+complete | 922 µs   | 898 µs   | 1.03           |
+//! | postgres get              | 124 µs   | 152 µs   | 0.82           |
+//! | redis reserve+complete    | 363 µs   | 369 µs   | 0.98           |
+//! | redis get                 | 147 µs   | 154 µs   | 0.95           |
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use serde_json::json;
+use tokio_postgres::NoTls;
+use toolkey::store::{Outcome, PostgresStore, RecordKey, RedisStore, Reservation, Store, Token};
+use toolkey::Fingerprint;
+
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+const LEASE_MS: i64 = 30_000;
+/// Short, so the bench's Redis records leave soon.
+const RETAIN_MS: i64 = 1_000;
+
+const NOW: &str = "date_trunc('milliseconds', now())";
+
+fn pg_reserve() -> String {
+    format!(
+        "INSERT INTO toolkey_records AS r (tenant, key, state, token, fingerprint, since, lease_until)
+         VALUES ($1, $2, 'in_progress', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+         ON CONFLICT (tenant, key) DO UPDATE SET
+             state = EXCLUDED.state, token = EXCLUDED.token, fingerprint = EXCLUDED.fingerprint,
+             since = EXCLUDED.since, lease_until = EXCLUDED.lease_until, outcome = NULL,
+             completed_at = NULL, expires_at = NULL
+         WHERE r.state = 'completed' AND r.expires_at <= {NOW}
+         RETURNING r.token"
+    )
+}
+
+fn pg_complete() -> String {
+    format!(
+        "UPDATE toolkey_records SET state = 'completed', outcome = $4, completed_at = {NOW},
+             expires_at = {NOW} + $5::int8 * interval '1 millisecond'
+         WHERE tenant = $1 AND key = $2 AND token = $3 AND state = 'in_progress'"
+    )
+}
+
+fn pg_get() -> String {
+    let ms = |c: &str| format!("(extract(epoch FROM {c}) * 1000)::int8");
+    format!(
+        "SELECT state, token, fingerprint, {}, {}, outcome, {}, {}, {}
+         FROM toolkey_records WHERE tenant = $1 AND key = $2",
+        ms("since"),
+        ms("lease_until"),
+        ms("completed_at"),
+        ms("expires_at"),
+        ms(NOW)
+    )
+}
+
+const LUA_PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms(n) return string.format('%d', n) end
+local function load(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return false end
+  return redis.call('HMGET', key, 'state', 'token', 'fp', 'since', 'lease_until', 'outcome', 'completed_at', 'expires_at')
+end
+local function reply(now, r)
+  return {'record', ms(now), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]}
+end
+"#;
+
+const LUA_RESERVE: &str = r#"
+local r = load(KEYS[1])
+if r == false then return {'corrupt', 'not a hash'} end
+local now = now_ms()
+if r then
+  local at = tonumber(r[8])
+  if not (r[1] == 'completed' and at ~= nil and at <= now) then return reply(now, r) end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[1], 'fp', ARGV[2],
+  'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])))
+return {'reserved'}
+"#;
+
+const LUA_COMPLETE: &str = r#"
+local r = load(KEYS[1])
+if not (r and r[1] == 'in_progress' and r[2] == ARGV[1]) then return 0 end
+local now = now_ms()
+local retain = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2],
+  'completed_at', ms(now), 'expires_at', ms(now + retain))
+redis.call('PEXPIRE', KEYS[1], ms(retain + tonumber(ARGV[4])))
+return 1
+"#;
+
+const LUA_GET: &str = r#"
+local r = load(KEYS[1])
+if r == false then return {'corrupt', 'not a hash'} end
+if r == nil then return {'absent'} end
+return reply(now_ms(), r)
+"#;
+
+fn fresh(n: &AtomicU64) -> String {
+    format!("k{}", n.fetch_add(1, Ordering::Relaxed))
+}
+
+fn stores(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tenant = format!("bench-{}", Token::generate());
+    let fp = Fingerprint::of(&json!({"customer": "acme", "period": "2026-10"})).unwrap();
+    let outcome = Outcome::Ok(json!({"invoice": "inv-1", "amount": 100.5}));
+    let (lease, retain) = (
+        Duration::from_millis(LEASE_MS as u64),
+        Duration::from_millis(RETAIN_MS as u64),
+    );
+    let n = AtomicU64::new(0);
+
+    let (pg, pool, redis_store, mut redis_conn) = rt.block_on(async {
+        let pg = PostgresStore::connect(PG_URL)
+            .await
+            .expect("PostgreSQL for the bench (bash .ci/services.sh)");
+        let manager = Manager::from_config(
+            PG_URL.parse().unwrap(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .unwrap();
+        let redis_store = RedisStore::connect(REDIS_URL)
+            .await
+            .expect("Redis for the bench (bash .ci/services.sh)");
+        let client = redis::Client::open(REDIS_URL).unwrap();
+        let conn = ConnectionManager::new(client).await.unwrap();
+        (pg, pool, redis_store, conn)
+    });
+
+    // A completed record each variant reads.
+    let done = RecordKey::new(tenant.clone(), "done");
+    let retain_long = Duration::from_secs(600);
+    rt.block_on(async {
+        for store in [&pg as &dyn Store, &redis_store] {
+            let Reservation::Reserved(token) = store.reserve(&done, &fp, lease).await.unwrap()
+            else {
+                panic!("the bench's key is taken")
+            };
+            assert!(store
+                .complete(&done, &token, &outcome, retain_long)
+                .await
+                .unwrap());
+        }
+    });
+
+    let mut group = c.benchmark_group("postgres");
+    group.bench_function("reserve+complete/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let key = RecordKey::new(tenant.clone(), fresh(&n));
+            let Reservation::Reserved(token) = pg.reserve(&key, &fp, lease).await.unwrap() else {
+                panic!("fresh key taken")
+            };
+            assert!(pg.complete(&key, &token, &outcome, retain).await.unwrap());
+        })
+    });
+    let (reserve, complete, get) = (pg_reserve(), pg_complete(), pg_get());
+    let (fp_hex, outcome_text) = (fp.to_hex(), outcome.to_stored());
+    group.bench_function("reserve+complete/direct", |b| {
+        b.to_async(&rt).iter(|| async {
+            let key = fresh(&n);
+            let token = Token::generate();
+            let client = pool.get().await.unwrap();
+            let st = client.prepare_cached(&reserve).await.unwrap();
+            let row = client
+                .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
+                .await
+                .unwrap();
+            assert!(row.is_some());
+            drop(client);
+            let client = pool.get().await.unwrap();
+            let st = client.prepare_cached(&complete).await.unwrap();
+            let changed = client
+                .execute(
+                    &st,
+                    &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
+                )
+                .await
+                .unwrap();
+            assert_eq!(changed, 1);
+        })
+    });
+    group.bench_function("get/store", |b| {
+        b.to_async(&rt)
+            .iter(|| async { assert!(pg.get(&done).await.unwrap().is_some()) })
+    });
+    group.bench_function("get/direct", |b| {
+        b.to_async(&rt).iter(|| async {
+            let client = pool.get().await.unwrap();
+            let st = client.prepare_cached(&get).await.unwrap();
+            let row = client.query_opt(&st, &[&tenant, &"done"]).await.unwrap();
+            assert!(row.is_some());
+        })
+    });
+    group.finish();
+
+    let (reserve, complete, get) = (
+        Script::new(&format!("{LUA_PRELUDE}{LUA_RESERVE}")),
+        Script::new(&format!("{LUA_PRELUDE}{LUA_COMPLETE}")),
+        Script::new(&format!("{LUA_PRELUDE}{LUA_GET}")),
+    );
+    let direct_done = format!("toolkey-bench-direct:{tenant}:done");
+    rt.block_on(async {
+        let _: redis::Value = reserve
+            .key(&direct_done)
+            .arg("t")
+            .arg(&fp_hex)
+            .arg(LEASE_MS)
+            .invoke_async(&mut redis_conn)
+            .await
+            .unwrap();
+        let changed: i64 = complete
+            .key(&direct_done)
+            .arg("t")
+            .arg(&outcome_text)
+            .arg(600_000)
+            .arg(60_000)
+            .invoke_async(&mut redis_conn)
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+    });
+    let mut group = c.benchmark_group("redis");
+    group.bench_function("reserve+complete/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let key = RecordKey::new(tenant.clone(), fresh(&n));
+            let Reservation::Reserved(token) = redis_store.reserve(&key, &fp, lease).await.unwrap()
+            else {
+                panic!("fresh key taken")
+            };
+            assert!(redis_store
+                .complete(&key, &token, &outcome, retain)
+                .await
+                .unwrap());
+        })
+    });
+    group.bench_function("reserve+complete/direct", |b| {
+        b.to_async(&rt).iter(|| async {
+            let mut conn = redis_conn.clone();
+            let key = format!("toolkey-bench-direct:{tenant}:{}", fresh(&n));
+            let token = Token::generate();
+            let reply: Vec<Option<Vec<u8>>> = reserve
+                .key(&key)
+                .arg(token.as_str())
+                .arg(&fp_hex)
+                .arg(LEASE_MS)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
+            let changed: i64 = complete
+                .key(&key)
+                .arg(token.as_str())
+                .arg(&outcome_text)
+                .arg(RETAIN_MS)
+                .arg(60_000)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(changed, 1);
+        })
+    });
+    group.bench_function("get/store", |b| {
+        b.to_async(&rt)
+            .iter(|| async { assert!(redis_store.get(&done).await.unwrap().is_some()) })
+    });
+    group.bench_function("get/direct", |b| {
+        b.to_async(&rt).iter(|| async {
+            let reply: Vec<Option<Vec<u8>>> = get
+                .key(&direct_done)
+                .invoke_async(&mut redis_conn.clone())
+                .await
+                .unwrap();
+            assert_eq!(reply[0].as_deref(), Some(&b"record"[..]));
+        })
+    });
+    group.finish();
+
+    // Leave the test database as the bench found it.
+    rt.block_on(async {
+        let client = pool.get().await.unwrap();
+        client
+            .execute("DELETE FROM toolkey_records WHERE tenant = $1", &[&tenant])
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("DEL")
+            .arg(&direct_done)
+            .query_async(&mut redis_conn)
+            .await
+            .unwrap();
+    });
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = stores
+}
+criterion_main!(benches);

@@ -1,0 +1,281 @@
+//! The store conformance suite against a real PostgreSQL server, on the server's clock; and the
+//! store failing closed when the server goes away, and recovering when it is back.
+//!
+//! The server is `TOOLKEY_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+//! Under `CI=true` an unreachable server fails these tests; elsewhere they say they were skipped.
+#![cfg(feature = "postgres")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::Proxy;
+use toolkey::store::{
+    conformance::Suite, Outcome, PostgresStore, Record, RecordKey, Reservation, Store, StoreError,
+    Token,
+};
+use toolkey::Fingerprint;
+
+const VAR: &str = "TOOLKEY_POSTGRES_URL";
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
+async fn server() -> Option<String> {
+    let url = support::url(VAR, DEFAULT_URL);
+    let probe = PostgresStore::builder(&url)
+        .timeout(Duration::from_secs(3))
+        .pool_size(1)
+        .connect();
+    match probe.await {
+        Ok(_) => Some(url),
+        Err(e) => {
+            support::unreachable("PostgreSQL", VAR, &url, e);
+            None
+        }
+    }
+}
+
+/// `url` with one more connection parameter.
+fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
+/// A plain client beside the store, to do what an operator or a crash would.
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn fp() -> Fingerprint {
+    Fingerprint::of(&json!({"n": 1})).unwrap()
+}
+
+fn key(name: &str) -> RecordKey {
+    RecordKey::new(format!("pg-test-{}", Token::generate()), name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_conforms() {
+    let Some(url) = server().await else { return };
+    let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let corrupter = store.clone();
+    Suite::new(store)
+        .corrupt_with(move |key| {
+            let store = corrupter.clone();
+            async move { store.__corrupt(&key).await }
+        })
+        .run()
+        .await;
+}
+
+/// A schema and table of the user's choosing are created by the migration, versioned, and used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_schema_and_table_are_migrated_once() {
+    let Some(url) = server().await else { return };
+    let build = || {
+        PostgresStore::builder(&url)
+            .schema("toolkey_test")
+            .table("Tool_calls")
+    };
+    // Two stores migrating at once, and a third later: one schema, one version row.
+    let (a, b) = tokio::join!(build().connect(), build().connect());
+    let (a, _b) = (a.unwrap(), b.unwrap());
+    build().connect().await.unwrap();
+    let k = key("own-table");
+    let Reservation::Reserved(token) = a.reserve(&k, &fp(), Duration::from_secs(60)).await.unwrap()
+    else {
+        panic!("fresh key not reserved")
+    };
+    assert!(a
+        .complete(&k, &token, &Outcome::Ok(json!(7)), Duration::from_secs(60))
+        .await
+        .unwrap());
+
+    let admin = admin(&url).await;
+    let row = admin
+        .query_one(
+            "SELECT version, (SELECT count(*) FROM toolkey_test.\"Tool_calls\" WHERE tenant = $1)
+             FROM toolkey_test.toolkey_schema_version WHERE table_name = 'Tool_calls'",
+            &[&k.tenant],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i64>(1)), (1, 1));
+
+    // A table migrated by a newer toolkey is refused, not misread.
+    admin
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS toolkey_test.toolkey_schema_version (table_name text PRIMARY KEY, version integer NOT NULL);
+             INSERT INTO toolkey_test.toolkey_schema_version VALUES ('from_the_future', 99)
+             ON CONFLICT (table_name) DO UPDATE SET version = 99",
+        )
+        .await
+        .unwrap();
+    let err = PostgresStore::builder(&url)
+        .schema("toolkey_test")
+        .table("from_the_future")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unavailable(m) if m.contains("schema version 99")),
+        "{err}"
+    );
+
+    let err = PostgresStore::builder(&url)
+        .table("bad-name")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unavailable(m) if m.contains("invalid table name")),
+        "{err}"
+    );
+}
+
+/// Nothing listening: connecting fails closed. A server that goes away under a running store:
+/// reserve fails closed, promptly; when the server is back, the same store works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_unavailable() {
+    let Some(url) = server().await else { return };
+
+    let nowhere = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    assert!(
+        matches!(nowhere, Err(StoreError::Unavailable(_))),
+        "{nowhere:?}"
+    );
+
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port()), 1);
+    assert_ne!(through, url, "the test URL names its port");
+    let store = PostgresStore::builder(&through)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let k = key("down");
+    assert!(matches!(
+        store.reserve(&k, &fp(), Duration::from_secs(60)).await,
+        Ok(Reservation::Reserved(_))
+    ));
+
+    proxy.stop().await;
+    let started = Instant::now();
+    let down = store
+        .reserve(&key("while-down"), &fp(), Duration::from_secs(60))
+        .await;
+    assert!(matches!(down, Err(StoreError::Unavailable(_))), "{down:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failing closed took {:?}",
+        started.elapsed()
+    );
+
+    proxy.restart().await;
+    let back = store.get(&k).await;
+    assert!(
+        matches!(back, Ok(Some(Record::InProgress { .. }))),
+        "{back:?}"
+    );
+}
+
+/// Every backend of the store's pool is terminated mid-run, as a server restart would: the calls
+/// in flight may fail (closed), after which the same store works without being rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_are_replaced() {
+    let Some(url) = server().await else { return };
+    // Only this store's connections are terminated, so tests running beside it are untouched.
+    let app = format!("toolkey-terminate-{}", Token::generate());
+    let store = Arc::new(
+        PostgresStore::builder(with_param(&url, &format!("application_name={app}")))
+            .pool_size(4)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    // Open several pooled connections.
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .reserve(&key(&format!("warm-{i}")), &fp(), Duration::from_secs(60))
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+
+    // Calls in flight while the backends are terminated.
+    let in_flight: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .reserve(&key(&format!("flight-{i}")), &fp(), Duration::from_secs(60))
+                    .await
+            })
+        })
+        .collect();
+    let killed: i64 = admin(&url)
+        .await
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        killed >= 1,
+        "no backend of the store was found to terminate"
+    );
+    for call in in_flight {
+        let answer = call.await.unwrap();
+        assert!(
+            matches!(answer, Ok(_) | Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+
+    // The next calls may still meet a terminated connection (at most one failure for each),
+    // after that every call succeeds on the same store.
+    let mut failures = 0;
+    for i in 0..8 {
+        match store
+            .reserve(&key(&format!("next-{i}")), &fp(), Duration::from_secs(60))
+            .await
+        {
+            Ok(Reservation::Reserved(_)) => {}
+            Err(StoreError::Unavailable(_)) => failures += 1,
+            other => panic!("call {i} after the restart: {other:?}"),
+        }
+    }
+    assert!(
+        failures <= 4,
+        "{failures} calls failed on 4 terminated connections"
+    );
+    for i in 0..20 {
+        let answer = store
+            .reserve(&key(&format!("after-{i}")), &fp(), Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(answer, Ok(Reservation::Reserved(_))),
+            "call {i} after recovery: {answer:?}"
+        );
+    }
+}

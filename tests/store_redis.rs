@@ -1,0 +1,305 @@
+//! The store conformance suite against a real Redis server, on the server's clock; and the store
+//! failing closed when the server goes away, and recovering when it is back.
+//!
+//! The server is `TOOLKEY_REDIS_URL` (default `redis://127.0.0.1:6379`). Under `CI=true` an
+//! unreachable server fails these tests; elsewhere they say they were skipped.
+//!
+//! `CLIENT KILL TYPE normal` disconnects every client of the server, so the tests of this file
+//! take turns (see [`turn`]).
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::Proxy;
+use tokio::sync::{Mutex, MutexGuard};
+use toolkey::store::{
+    conformance::Suite, Outcome, Record, RecordKey, RedisStore, Reservation, Store, StoreError,
+    Token,
+};
+use toolkey::Fingerprint;
+
+const VAR: &str = "TOOLKEY_REDIS_URL";
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// One test at a time talks to the server.
+async fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
+async fn server() -> Option<String> {
+    let url = support::url(VAR, DEFAULT_URL);
+    match RedisStore::builder(&url)
+        .timeout(Duration::from_secs(3))
+        .connect()
+        .await
+    {
+        Ok(_) => Some(url),
+        Err(e) => {
+            support::unreachable("Redis", VAR, &url, e);
+            None
+        }
+    }
+}
+
+/// A plain connection beside the store, to do what an operator or a crash would.
+async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn fp() -> Fingerprint {
+    Fingerprint::of(&json!({"n": 1})).unwrap()
+}
+
+fn key(name: &str) -> RecordKey {
+    RecordKey::new(format!("redis-test-{}", Token::generate()), name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_store_conforms() {
+    let _turn = turn().await;
+    let Some(url) = server().await else { return };
+    let store = Arc::new(RedisStore::connect(&url).await.unwrap());
+    assert_eq!(
+        store.eviction_policy(),
+        Some("noeviction"),
+        "the test server should never evict"
+    );
+    let corrupter = store.clone();
+    Suite::new(store)
+        .corrupt_with(move |key| {
+            let store = corrupter.clone();
+            async move { store.__corrupt(&key).await }
+        })
+        .run()
+        .await;
+}
+
+/// Keys are laid out as documented, with tenants and keys escaped so that none can spell
+/// another's; a completed record carries its retention (plus a margin) as a TTL, a reservation
+/// none; something other than a record under a record's key is corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_escape_and_expire() {
+    let _turn = turn().await;
+    let Some(url) = server().await else { return };
+    let prefix = format!("toolkey-test-{}", Token::generate());
+    let store = RedisStore::builder(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = admin(&url).await;
+
+    let a = RecordKey::new("acme:x", "k");
+    let b = RecordKey::new("acme", "x:k");
+    let lease = Duration::from_secs(60);
+    let Reservation::Reserved(token) = store.reserve(&a, &fp(), lease).await.unwrap() else {
+        panic!("fresh key not reserved")
+    };
+    assert!(matches!(
+        store.reserve(&b, &fp(), lease).await.unwrap(),
+        Reservation::Reserved(_)
+    ));
+    let a_key = format!("{prefix}:acme\\:x:k");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&a_key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "a reservation must not expire by itself");
+
+    let retain = Duration::from_secs(10);
+    assert!(store
+        .complete(&a, &token, &Outcome::Ok(json!(1)), retain)
+        .await
+        .unwrap());
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&a_key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        (60_000..=70_000).contains(&ttl),
+        "TTL after complete: {ttl} ms"
+    );
+    let b_key = format!("{prefix}:acme:x\\:k");
+    let state: String = redis::cmd("HGET")
+        .arg(&b_key)
+        .arg("state")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(state, "in_progress");
+
+    let c = RecordKey::new("acme", "not-a-hash");
+    let () = redis::cmd("SET")
+        .arg(format!("{prefix}:acme:not-a-hash"))
+        .arg("x")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.get(&c).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert!(matches!(
+        store.reserve(&c, &fp(), lease).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let () = redis::cmd("DEL")
+        .arg(keys)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+
+    let bad = RedisStore::builder(&url).prefix("").connect().await;
+    assert!(matches!(bad, Err(StoreError::Unavailable(_))), "{bad:?}");
+}
+
+/// Nothing listening: connecting fails closed. A server that goes away under a running store:
+/// reserve fails closed, promptly; when the server is back, the same store works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_unavailable() {
+    let _turn = turn().await;
+    let Some(url) = server().await else { return };
+
+    let nowhere = RedisStore::builder("redis://127.0.0.1:1")
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    assert!(
+        matches!(nowhere, Err(StoreError::Unavailable(_))),
+        "{nowhere:?}"
+    );
+
+    let info = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection_info()
+        .clone();
+    let port = match info.addr() {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        other => panic!("the test server should be reached over TCP, not {other:?}"),
+    };
+    let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port()), 1);
+    assert_ne!(through, url, "the test URL names its port");
+    let store = RedisStore::builder(&through)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let k = key("down");
+    assert!(matches!(
+        store.reserve(&k, &fp(), Duration::from_secs(60)).await,
+        Ok(Reservation::Reserved(_))
+    ));
+
+    proxy.stop().await;
+    for i in 0..3 {
+        let started = Instant::now();
+        let down = store
+            .reserve(&key("while-down"), &fp(), Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(down, Err(StoreError::Unavailable(_))),
+            "call {i}: {down:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "failing closed took {:?}",
+            started.elapsed()
+        );
+    }
+
+    proxy.restart().await;
+    let started = Instant::now();
+    loop {
+        match store.get(&k).await {
+            Ok(Some(Record::InProgress { .. })) => break,
+            Err(StoreError::Unavailable(_)) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("after the server came back: {other:?}"),
+        }
+    }
+}
+
+/// Every client is disconnected mid-run (`CLIENT KILL TYPE normal`), as a server restart would:
+/// the calls in flight may fail, after which the same store works without being rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_replaced() {
+    let _turn = turn().await;
+    let Some(url) = server().await else { return };
+    let store = Arc::new(RedisStore::connect(&url).await.unwrap());
+    store
+        .reserve(&key("warm"), &fp(), Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let in_flight: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .reserve(&key(&format!("flight-{i}")), &fp(), Duration::from_secs(60))
+                    .await
+            })
+        })
+        .collect();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut admin(&url).await)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no client was killed");
+    for call in in_flight {
+        let answer = call.await.unwrap();
+        assert!(
+            matches!(answer, Ok(_) | Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+
+    // The next call may still meet the dead connection; after that every call succeeds.
+    let mut failures = 0;
+    for i in 0..3 {
+        match store
+            .reserve(&key(&format!("next-{i}")), &fp(), Duration::from_secs(60))
+            .await
+        {
+            Ok(Reservation::Reserved(_)) => {}
+            Err(StoreError::Unavailable(_)) => failures += 1,
+            other => panic!("call {i} after the kill: {other:?}"),
+        }
+    }
+    assert!(
+        failures <= 1,
+        "{failures} calls failed after one killed connection"
+    );
+    for i in 0..20 {
+        let answer = store
+            .reserve(&key(&format!("after-{i}")), &fp(), Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(answer, Ok(Reservation::Reserved(_))),
+            "call {i} after recovery: {answer:?}"
+        );
+    }
+}

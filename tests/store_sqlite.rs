@@ -1,0 +1,166 @@
+//! The store conformance suite against SQLite, and two OS processes reserving keys in one file.
+#![cfg(feature = "sqlite")]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolkey::store::{
+    conformance::Suite, ManualClock, Record, RecordKey, Reservation, SqliteStore, Store,
+};
+use toolkey::Fingerprint;
+
+/// Set in the environment of the child processes: the database file to hammer.
+const CHILD_DB: &str = "TOOLKEY_SQLITE_HAMMER_DB";
+/// The file whose appearance starts the children, so they race from the same moment.
+const CHILD_GO: &str = "TOOLKEY_SQLITE_HAMMER_GO";
+const KEYS: usize = 200;
+const MARK: &str = "toolkey-hammer";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new());
+    let store = SqliteStore::open(dir.path().join("conformance.db")).unwrap();
+    let store = Arc::new(store.with_clock(clock.clone()));
+    let corrupter = store.clone();
+    Suite::new(store)
+        .manual_clock(clock)
+        .corrupt_with(move |key| {
+            corrupter.__corrupt(&key);
+            async {}
+        })
+        .run()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_store_conforms() {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(
+        SqliteStore::open_in_memory()
+            .unwrap()
+            .with_clock(clock.clone()),
+    );
+    let corrupter = store.clone();
+    Suite::new(store)
+        .manual_clock(clock)
+        .corrupt_with(move |key| {
+            corrupter.__corrupt(&key);
+            async {}
+        })
+        .run()
+        .await;
+}
+
+/// Two processes reserve the same keys at the same time: each key is reserved exactly once, and
+/// the other process sees the winner's reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_reserve_each_key_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let go = dir.path().join("go");
+    let store = SqliteStore::open(&db).unwrap();
+
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::process::Command::new(&exe)
+                .args(["--exact", "hammer_child", "--nocapture", "--test-threads=1"])
+                .env(CHILD_DB, &db)
+                .env(CHILD_GO, &go)
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, b"go").unwrap();
+
+    let mut reserved: HashMap<String, Vec<String>> = HashMap::new();
+    let mut answered: HashMap<String, usize> = HashMap::new();
+    for child in children {
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("child finished in time")
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            // The harness may print "test hammer_child ... " on the same line as the first answer.
+            let Some(at) = line.find(MARK) else { continue };
+            let mut words = line[at + MARK.len()..].split_whitespace();
+            let (what, key) = (words.next().unwrap(), words.next().unwrap().to_string());
+            *answered.entry(key.clone()).or_default() += 1;
+            if what == "reserved" {
+                reserved
+                    .entry(key)
+                    .or_default()
+                    .push(words.next().unwrap().to_string());
+            }
+        }
+    }
+
+    assert_eq!(answered.len(), KEYS, "every key was answered");
+    assert!(
+        answered.values().all(|&n| n == 2),
+        "each process answered every key"
+    );
+    for i in 0..KEYS {
+        let key = format!("k{i}");
+        let tokens = reserved.get(&key).cloned().unwrap_or_default();
+        assert_eq!(
+            tokens.len(),
+            1,
+            "key {key} was reserved {} times: {tokens:?}",
+            tokens.len()
+        );
+        let record = store.get(&RecordKey::new("hammer", &key)).await.unwrap();
+        assert!(
+            matches!(record, Some(Record::InProgress { .. })),
+            "{key}: {record:?}"
+        );
+    }
+}
+
+/// The child side of [`two_processes_reserve_each_key_once`]; does nothing in a normal run.
+#[tokio::test(flavor = "current_thread")]
+async fn hammer_child() {
+    let (Ok(db), Ok(go)) = (std::env::var(CHILD_DB), std::env::var(CHILD_GO)) else {
+        return;
+    };
+    wait_for(Path::new(&go));
+    let store = SqliteStore::open(&db).unwrap();
+    let fp = Fingerprint::of(&json!({"n": 1})).unwrap();
+    for i in 0..KEYS {
+        let key = format!("k{i}");
+        match store
+            .reserve(
+                &RecordKey::new("hammer", &key),
+                &fp,
+                Duration::from_secs(300),
+            )
+            .await
+        {
+            Ok(Reservation::Reserved(token)) => println!("{MARK} reserved {key} {token}"),
+            Ok(Reservation::Existing(Record::InProgress { .. })) => {
+                println!("{MARK} existing {key}")
+            }
+            other => panic!("unexpected answer for {key}: {other:?}"),
+        }
+    }
+}
+
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no start signal");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
