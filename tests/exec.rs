@@ -132,7 +132,10 @@ async fn five_ways_on_the_memory_store() {
 #[tokio::test]
 async fn five_ways_on_the_sqlite_store() {
     let dir = tempfile::tempdir().unwrap();
-    five_ways(Arc::new(toolkey::store::SqliteStore::open(dir.path().join("toolkey.db")).unwrap())).await;
+    five_ways(Arc::new(
+        toolkey::store::SqliteStore::open(dir.path().join("toolkey.db")).unwrap(),
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

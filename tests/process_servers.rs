@@ -19,7 +19,10 @@ use serde_json::json;
 use toolkey::store::{PostgresStore, RedisStore, Store};
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 
-const POSTGRES: (&str, &str) = ("TOOLKEY_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test");
+const POSTGRES: (&str, &str) = (
+    "TOOLKEY_POSTGRES_URL",
+    "postgres://postgres@127.0.0.1:5432/test",
+);
 const REDIS: (&str, &str) = ("TOOLKEY_REDIS_URL", "redis://127.0.0.1:6379");
 
 /// The store named `kind`, or `None` (after saying so) when its server cannot be reached.
@@ -27,8 +30,12 @@ async fn store(kind: &str) -> Option<Arc<dyn Store>> {
     let (var, default) = if kind == "postgres" { POSTGRES } else { REDIS };
     let url = support::url(var, default);
     let store: Result<Arc<dyn Store>, _> = match kind {
-        "postgres" => PostgresStore::connect(&url).await.map(|s| Arc::new(s) as Arc<dyn Store>),
-        _ => RedisStore::connect(&url).await.map(|s| Arc::new(s) as Arc<dyn Store>),
+        "postgres" => PostgresStore::connect(&url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>),
+        _ => RedisStore::connect(&url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>),
     };
     match store {
         Ok(store) => Some(store),
@@ -52,24 +59,43 @@ impl Ledger {
         let db = Connection::open(dir.join("ledger.db")).unwrap();
         db.busy_timeout(Duration::from_secs(30)).unwrap();
         db.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY, action TEXT NOT NULL, pid INTEGER NOT NULL)").unwrap();
-        Ledger { db: Mutex::new(db), executions: AtomicUsize::new(0), slow }
+        Ledger {
+            db: Mutex::new(db),
+            executions: AtomicUsize::new(0),
+            slow,
+        }
     }
 
     fn record(&self, action: &str) {
         self.db
             .lock()
             .unwrap()
-            .execute("INSERT INTO effects (action, pid) VALUES (?1, ?2)", rusqlite::params![action, std::process::id()])
+            .execute(
+                "INSERT INTO effects (action, pid) VALUES (?1, ?2)",
+                rusqlite::params![action, std::process::id()],
+            )
             .unwrap();
     }
 
     fn count(&self) -> usize {
-        let n: i64 = self.db.lock().unwrap().query_row("SELECT COUNT(*) FROM effects", [], |r| r.get(0)).unwrap();
+        let n: i64 = self
+            .db
+            .lock()
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM effects", [], |r| r.get(0))
+            .unwrap();
         n as usize
     }
 
     fn distinct(&self) -> usize {
-        let n: i64 = self.db.lock().unwrap().query_row("SELECT COUNT(DISTINCT action) FROM effects", [], |r| r.get(0)).unwrap();
+        let n: i64 = self
+            .db
+            .lock()
+            .unwrap()
+            .query_row("SELECT COUNT(DISTINCT action) FROM effects", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
         n as usize
     }
 }
@@ -94,12 +120,22 @@ async fn never_found(_ledger: State<Ledger>, _order: String) -> Result<Option<St
 }
 
 fn toolbox(store: Arc<dyn Store>, ledger: Arc<Ledger>) -> Toolbox {
-    Toolbox::builder().shared_store(store).shared_state(ledger).tool(Ship).build().unwrap()
+    Toolbox::builder()
+        .shared_store(store)
+        .shared_state(ledger)
+        .tool(Ship)
+        .build()
+        .unwrap()
 }
 
 fn spawn_child(kind: &str, mode: &str, dir: &Path, tenant: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TOOLKEY_CHILD", mode)
         .env("TOOLKEY_CHILD_STORE", kind)
         .env("TOOLKEY_CHILD_DIR", dir)
@@ -112,17 +148,25 @@ fn spawn_child(kind: &str, mode: &str, dir: &Path, tenant: &str) -> Child {
 /// The worker's part, when this binary runs as a child process; nothing otherwise.
 #[test]
 fn child_process_entry() {
-    let Ok(mode) = std::env::var("TOOLKEY_CHILD") else { return };
+    let Ok(mode) = std::env::var("TOOLKEY_CHILD") else {
+        return;
+    };
     let kind = std::env::var("TOOLKEY_CHILD_STORE").unwrap();
     let dir = PathBuf::from(std::env::var("TOOLKEY_CHILD_DIR").unwrap());
     let tenant = std::env::var("TOOLKEY_CHILD_TENANT").unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let store = store(&kind).await.expect("the parent reached the server");
         let ctx = ToolContext::new("run").tenant(tenant);
         if mode == "slow" {
             let ledger = Arc::new(Ledger::open(&dir, Some(dir.join("signal"))));
-            let _ = toolbox(store, ledger).call("ship", json!({"order": "o-paused"}), &ctx).await;
+            let _ = toolbox(store, ledger)
+                .call("ship", json!({"order": "o-paused"}), &ctx)
+                .await;
             return;
         }
         let toolbox = toolbox(store, Arc::new(Ledger::open(&dir, None)));
@@ -158,28 +202,40 @@ async fn four_processes_sixteen_tasks_fifty_keys(kind: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(dir.path(), None);
     let tenant = tenant();
-    let mut children: Vec<Child> = (0..4).map(|_| spawn_child(kind, "race", dir.path(), &tenant)).collect();
+    let mut children: Vec<Child> = (0..4)
+        .map(|_| spawn_child(kind, "race", dir.path(), &tenant))
+        .collect();
     for child in &mut children {
         assert!(child.wait().unwrap().success(), "a worker failed");
     }
-    assert_eq!(ledger.count(), 50, "exactly one execution per key through {kind}");
+    assert_eq!(
+        ledger.count(),
+        50,
+        "exactly one execution per key through {kind}"
+    );
     assert_eq!(ledger.distinct(), 50);
 }
 
 #[test]
 fn four_processes_through_postgres_execute_each_key_once() {
-    tokio::runtime::Runtime::new().unwrap().block_on(four_processes_sixteen_tasks_fifty_keys("postgres"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(four_processes_sixteen_tasks_fifty_keys("postgres"));
 }
 
 #[test]
 fn four_processes_through_redis_execute_each_key_once() {
-    tokio::runtime::Runtime::new().unwrap().block_on(four_processes_sixteen_tasks_fifty_keys("redis"));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(four_processes_sixteen_tasks_fifty_keys("redis"));
 }
 
 /// A worker paused (SIGSTOP) inside its body stops renewing; its lease lapses, another worker
 /// takes the key over and records its outcome; the paused worker, resumed, cannot overwrite it.
 async fn a_paused_worker_cannot_complete_after_a_takeover(kind: &str) {
-    let Some(store) = store(kind).await else { return };
+    let Some(store) = store(kind).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(Ledger::open(dir.path(), None));
     let tenant = tenant();
@@ -193,7 +249,11 @@ async fn a_paused_worker_cannot_complete_after_a_takeover(kind: &str) {
     }
     assert!(signal.exists(), "the worker never reached its body");
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
 
     let toolbox = toolbox(store, ledger.clone());
     let ctx = ToolContext::new("run").tenant(tenant);
@@ -204,12 +264,26 @@ async fn a_paused_worker_cannot_complete_after_a_takeover(kind: &str) {
     let mine = toolbox.call("ship", args.clone(), &ctx).await.unwrap();
     assert!(!mine.replayed);
 
-    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
     assert!(child.wait().unwrap().success());
-    let status = toolbox.call("ship_status", json!({"order": "o-paused"}), &ctx).await.unwrap();
+    let status = toolbox
+        .call("ship_status", json!({"order": "o-paused"}), &ctx)
+        .await
+        .unwrap();
     assert_eq!(status.value["status"], "completed");
-    assert_eq!(status.value["result"], mine.value, "the store keeps the new owner's outcome");
-    assert_eq!(ledger.count(), 2, "both bodies ran: the paused one's effect is the cost of its pause");
+    assert_eq!(
+        status.value["result"], mine.value,
+        "the store keeps the new owner's outcome"
+    );
+    assert_eq!(
+        ledger.count(),
+        2,
+        "both bodies ran: the paused one's effect is the cost of its pause"
+    );
 }
 
 #[tokio::test]
@@ -230,27 +304,51 @@ async fn an_outage_fails_closed_and_passes(kind: &str) {
         return;
     }
     let parsed = url::Url::parse(&url).unwrap();
-    let target = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap()).parse().unwrap();
+    let target = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap())
+        .parse()
+        .unwrap();
     let proxy = support::Proxy::start(target).await;
     let mut through = parsed.clone();
     through.set_port(Some(proxy.port())).unwrap();
     let store: Arc<dyn Store> = match kind {
-        "postgres" => Arc::new(PostgresStore::builder(through.as_str()).timeout(Duration::from_secs(2)).connect().await.unwrap()),
-        _ => Arc::new(RedisStore::builder(through.as_str()).timeout(Duration::from_secs(2)).connect().await.unwrap()),
+        "postgres" => Arc::new(
+            PostgresStore::builder(through.as_str())
+                .timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap(),
+        ),
+        _ => Arc::new(
+            RedisStore::builder(through.as_str())
+                .timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap(),
+        ),
     };
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(Ledger::open(dir.path(), None));
     let toolbox = toolbox(store, ledger.clone());
     let ctx = ToolContext::new("run").tenant(tenant());
-    toolbox.call("ship", json!({"order": "before"}), &ctx).await.unwrap();
+    toolbox
+        .call("ship", json!({"order": "before"}), &ctx)
+        .await
+        .unwrap();
 
     proxy.stop().await;
     for i in 0..3 {
-        let err = toolbox.call("ship", json!({"order": format!("during-{i}")}), &ctx).await.unwrap_err();
+        let err = toolbox
+            .call("ship", json!({"order": format!("during-{i}")}), &ctx)
+            .await
+            .unwrap_err();
         assert!(err.is(ErrorCode::StoreUnavailable), "{err:?}");
         assert!(err.is_retryable());
     }
-    assert_eq!(ledger.executions.load(Ordering::SeqCst), 1, "no body ran without a reservation");
+    assert_eq!(
+        ledger.executions.load(Ordering::SeqCst),
+        1,
+        "no body ran without a reservation"
+    );
 
     proxy.restart().await;
     let mut back = None;
@@ -260,12 +358,23 @@ async fn an_outage_fails_closed_and_passes(kind: &str) {
                 back = Some(out);
                 break;
             }
-            Err(err) if err.is(ErrorCode::StoreUnavailable) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(err) if err.is(ErrorCode::StoreUnavailable) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
             Err(err) => panic!("unexpected {err:?}"),
         }
     }
-    assert!(back.is_some(), "the same toolbox works again once the server is back");
-    assert!(toolbox.call("ship", json!({"order": "before"}), &ctx).await.unwrap().replayed);
+    assert!(
+        back.is_some(),
+        "the same toolbox works again once the server is back"
+    );
+    assert!(
+        toolbox
+            .call("ship", json!({"order": "before"}), &ctx)
+            .await
+            .unwrap()
+            .replayed
+    );
     assert_eq!(ledger.count(), 2);
 }
 

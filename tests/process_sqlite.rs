@@ -39,21 +39,33 @@ impl Outside {
         let ledger = Connection::open(dir.join("ledger.db")).unwrap();
         ledger.busy_timeout(Duration::from_secs(10)).unwrap();
         ledger.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE IF NOT EXISTS refunds (id INTEGER PRIMARY KEY, refund_order TEXT NOT NULL, pid INTEGER NOT NULL)").unwrap();
-        Outside { ledger: Mutex::new(ledger), role, executions: AtomicUsize::new(0), marker: dir.join("marker") }
+        Outside {
+            ledger: Mutex::new(ledger),
+            role,
+            executions: AtomicUsize::new(0),
+            marker: dir.join("marker"),
+        }
     }
 
     fn refund(&self, order: &str) {
         self.ledger
             .lock()
             .unwrap()
-            .execute("INSERT INTO refunds (refund_order, pid) VALUES (?1, ?2)", rusqlite::params![order, std::process::id()])
+            .execute(
+                "INSERT INTO refunds (refund_order, pid) VALUES (?1, ?2)",
+                rusqlite::params![order, std::process::id()],
+            )
             .unwrap();
     }
 
     fn count(&self, order: Option<&str>) -> usize {
         let ledger = self.ledger.lock().unwrap();
         let n: i64 = match order {
-            Some(order) => ledger.query_row("SELECT COUNT(*) FROM refunds WHERE refund_order = ?1", [order], |r| r.get(0)),
+            Some(order) => ledger.query_row(
+                "SELECT COUNT(*) FROM refunds WHERE refund_order = ?1",
+                [order],
+                |r| r.get(0),
+            ),
             None => ledger.query_row("SELECT COUNT(*) FROM refunds", [], |r| r.get(0)),
         }
         .unwrap();
@@ -82,7 +94,11 @@ impl Outside {
 }
 
 /// Refund an order (no recover hook).
-#[tool(idempotent(key = "refund:<order>"), lease = "1s", name = "refund_blind")]
+#[tool(
+    idempotent(key = "refund:<order>"),
+    lease = "1s",
+    name = "refund_blind"
+)]
 async fn refund_blind(outside: State<Outside>, order: String) -> Result<String, ToolError> {
     Ok(outside.act(&order).await)
 }
@@ -115,7 +131,12 @@ fn ctx() -> ToolContext {
 
 fn spawn_child(dir: &Path, mode: &str, tool: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TOOLKEY_CHILD", mode)
         .env("TOOLKEY_CHILD_DIR", dir)
         .env("TOOLKEY_CHILD_TOOL", tool)
@@ -127,10 +148,16 @@ fn spawn_child(dir: &Path, mode: &str, tool: &str) -> Child {
 /// The child's part, when this binary runs as a child process; nothing otherwise.
 #[test]
 fn child_process_entry() {
-    let Ok(mode) = std::env::var("TOOLKEY_CHILD") else { return };
+    let Ok(mode) = std::env::var("TOOLKEY_CHILD") else {
+        return;
+    };
     let dir = PathBuf::from(std::env::var("TOOLKEY_CHILD_DIR").unwrap());
     let tool = std::env::var("TOOLKEY_CHILD_TOOL").unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let role = match mode.as_str() {
             "hang-before" => Role::HangBeforeEffect,
@@ -171,7 +198,10 @@ fn child_process_entry() {
 fn two_processes_through_one_sqlite_file_execute_each_key_once() {
     let dir = tempfile::tempdir().unwrap();
     let _ = Outside::open(dir.path(), Role::Normal); // create the ledger before the race
-    let mut children = [spawn_child(dir.path(), "race", "refund"), spawn_child(dir.path(), "race", "refund")];
+    let mut children = [
+        spawn_child(dir.path(), "race", "refund"),
+        spawn_child(dir.path(), "race", "refund"),
+    ];
     for child in &mut children {
         assert!(child.wait().unwrap().success());
     }
@@ -198,9 +228,18 @@ fn kill_a_child_holding_the_key(dir: &Path, mode: &str, tool: &str) {
     child.wait().unwrap();
 }
 
-async fn after_the_lease_lapses(toolbox: &Toolbox, tool: &str) -> Result<toolkey::ToolOutput, ToolError> {
-    let err = toolbox.call(tool, json!({"order": "o-1"}), &ctx()).await.unwrap_err();
-    assert!(err.is(ErrorCode::InProgress), "while the dead worker's lease runs: {err:?}");
+async fn after_the_lease_lapses(
+    toolbox: &Toolbox,
+    tool: &str,
+) -> Result<toolkey::ToolOutput, ToolError> {
+    let err = toolbox
+        .call(tool, json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(
+        err.is(ErrorCode::InProgress),
+        "while the dead worker's lease runs: {err:?}"
+    );
     tokio::time::sleep(Duration::from_millis(1300)).await;
     toolbox.call(tool, json!({"order": "o-1"}), &ctx()).await
 }
@@ -210,7 +249,9 @@ async fn a_killed_worker_without_a_hook_leaves_outcome_unknown() {
     let dir = tempfile::tempdir().unwrap();
     kill_a_child_holding_the_key(dir.path(), "hang-after", "refund_blind");
     let (toolbox, outside) = toolbox(dir.path(), Role::Normal);
-    let err = after_the_lease_lapses(&toolbox, "refund_blind").await.unwrap_err();
+    let err = after_the_lease_lapses(&toolbox, "refund_blind")
+        .await
+        .unwrap_err();
     assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
     assert_eq!(outside.executions.load(Ordering::SeqCst), 0);
     assert_eq!(outside.count(None), 1, "only the dead worker's refund");
@@ -223,7 +264,13 @@ async fn a_killed_worker_whose_lookup_finds_nothing_is_run_exactly_once() {
     let (toolbox, outside) = toolbox(dir.path(), Role::Normal);
     let out = after_the_lease_lapses(&toolbox, "refund").await.unwrap();
     assert_eq!(out.value, json!("refund-of-o-1"));
-    assert!(toolbox.call("refund", json!({"order": "o-1"}), &ctx()).await.unwrap().replayed);
+    assert!(
+        toolbox
+            .call("refund", json!({"order": "o-1"}), &ctx())
+            .await
+            .unwrap()
+            .replayed
+    );
     assert_eq!(outside.executions.load(Ordering::SeqCst), 1);
     assert_eq!(outside.count(None), 1);
 }

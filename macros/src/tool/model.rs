@@ -229,7 +229,9 @@ fn classify(ty: &Type) -> ParamKind {
             Some(seg) if seg.ident == "State" => match &seg.arguments {
                 syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => {
                     match &args.args[0] {
-                        syn::GenericArgument::Type(inner) => ParamKind::State(Box::new(inner.clone())),
+                        syn::GenericArgument::Type(inner) => {
+                            ParamKind::State(Box::new(inner.clone()))
+                        }
                         _ => ParamKind::Model,
                     }
                 }
