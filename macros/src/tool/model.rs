@@ -152,7 +152,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
             FnArg::Receiver(receiver) => {
                 cx.error_spanned_by(
                     receiver.self_token,
-                    "a `#[tool]` fn cannot take `self`: tools are free functions; pass shared things as `State<T>`",
+                    "a `#[tool]` fn cannot take `self`: tools are free functions; move it out of the `impl` and take what it shares as `State<T>`",
                 );
                 continue;
             }
@@ -229,7 +229,9 @@ fn classify(ty: &Type) -> ParamKind {
             Some(seg) if seg.ident == "State" => match &seg.arguments {
                 syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => {
                     match &args.args[0] {
-                        syn::GenericArgument::Type(inner) => ParamKind::State(Box::new(inner.clone())),
+                        syn::GenericArgument::Type(inner) => {
+                            ParamKind::State(Box::new(inner.clone()))
+                        }
                         _ => ParamKind::Model,
                     }
                 }
