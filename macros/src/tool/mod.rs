@@ -6,6 +6,8 @@ mod ctxt;
 mod expand;
 mod key;
 mod model;
+#[cfg(test)]
+mod tests;
 
 use proc_macro2::TokenStream;
 use quote::quote;
