@@ -29,6 +29,14 @@ pub trait IntoToolResult {
     type Ok: Serialize + schemars::JsonSchema;
     /// Into the toolbox's form.
     fn into_tool_result(self) -> Result<Value, ToolError>;
+
+    /// The JSON schema of the success type.
+    fn output_schema() -> Value
+    where
+        Self: Sized,
+    {
+        schema_for::<Self::Ok>()
+    }
 }
 
 impl<T, E> IntoToolResult for Result<T, E>
@@ -83,14 +91,6 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     crate::export::close_objects(&mut schema);
     schema
 }
-
-/// The schema of a result type.
-pub fn output_schema<R: IntoToolResult>() -> Value {
-    schema_for::<R::Ok>()
-}
-
-/// Compiles only for key part types; spanned at the parameter's type by generated code.
-pub fn assert_key_part<T: KeyPart + ?Sized>() {}
 
 /// Parses a call's arguments; on failure, names the field and what it expects.
 pub fn parse_args<A: DeserializeOwned>(

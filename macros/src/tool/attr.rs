@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
+use syn::parse::Parse;
 use syn::{LitBool, LitStr, Path};
 
 use super::ctxt::{did_you_mean, Ctxt};
@@ -32,6 +34,8 @@ pub struct Keyed {
     pub destructive: bool,
     /// The `idempotent` token, for errors about the story as a whole.
     pub span: Span,
+    /// `key` was given but is not a string: already reported.
+    pub key_missing: bool,
 }
 
 pub struct Attr {
@@ -120,16 +124,27 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
             "timeout" => attr.timeout = parse_duration(cx, &meta)?,
             "lease" => attr.lease = parse_duration(cx, &meta)?,
             "retain" => attr.retain = parse_duration(cx, &meta)?,
-            "name" => attr.name = Some(meta.value()?.parse()?),
-            "description" => attr.description = Some(meta.value()?.parse()?),
+            "name" => {
+                attr.name = value(
+                    cx,
+                    &meta,
+                    "a tool name in a string, as in `name = \"send_invoice\"`",
+                )?
+            }
+            "description" => {
+                attr.description = value(
+                    cx,
+                    &meta,
+                    "a string, as in `description = \"Sends the invoice\"`",
+                )?
+            }
             "crate" => {
-                let lit: LitStr = meta.value()?.parse()?;
-                match lit.parse::<Path>() {
-                    Ok(path) => attr.krate = Some(path),
-                    Err(_) => cx.error_spanned_by(
-                        &lit,
-                        "`crate` takes a path, as in `crate = \"::toolkey\"`",
-                    ),
+                let takes = "a path in a string, as in `crate = \"::toolkey\"`";
+                if let Some(lit) = value::<LitStr>(cx, &meta, takes)? {
+                    match lit.parse::<Path>() {
+                        Ok(path) => attr.krate = Some(path),
+                        Err(_) => cx.error_spanned_by(&lit, format!("`crate` takes {takes}")),
+                    }
                 }
             }
             other if KEYED_KEYS.contains(&other) => {
@@ -166,6 +181,7 @@ fn parse_keyed(cx: &Ctxt, meta: &ParseNestedMeta, span: Span) -> syn::Result<Key
         wait_in_progress: None,
         destructive: true,
         span,
+        key_missing: false,
     };
     if meta.input.is_empty() || meta.input.peek(syn::Token![,]) {
         cx.error_at(span, "`idempotent` needs a key template, as in `idempotent(key = \"invoice:<customer>:<period>\")`");
@@ -182,28 +198,41 @@ fn parse_keyed(cx: &Ctxt, meta: &ParseNestedMeta, span: Span) -> syn::Result<Key
         }
         seen.push(key.clone());
         match key.as_str() {
-            "key" => keyed.key = Some(inner.value()?.parse()?),
+            "key" => {
+                keyed.key = value(cx, &inner, "a template in a string, as in `key = \"invoice:<customer>:<period>\"`")?;
+                keyed.key_missing = keyed.key.is_none();
+            }
             "status" => {
-                let value = inner.value()?;
-                if value.peek(LitBool) {
-                    let b: LitBool = value.parse()?;
-                    if b.value {
-                        cx.error_spanned_by(&b, "`status` takes a tool name or `false`; leave it out for the default `<tool>_status`");
+                let takes = "a tool name in a string, as in `status = \"invoice_status\"`, or `false`; leave it out for the default `<tool>_status`";
+                match value::<StatusValue>(cx, &inner, takes)? {
+                    Some(StatusValue::Off(b)) if b.value => cx.error_spanned_by(&b, format!("`status` takes {takes}")),
+                    Some(StatusValue::Off(b)) => keyed.status = Some(Spanned { value: None, span: b.span }),
+                    Some(StatusValue::Name(lit)) => {
+                        keyed.status = Some(Spanned { value: Some(lit.value()), span: lit.span() })
                     }
-                    keyed.status = Some(Spanned { value: None, span: b.span });
-                } else {
-                    let lit: LitStr = value.parse()?;
-                    keyed.status = Some(Spanned { value: Some(lit.value()), span: lit.span() });
+                    None => {}
                 }
             }
-            "hash" => keyed.hash = inner.value()?.parse::<LitBool>()?.value,
-            "destructive" => keyed.destructive = inner.value()?.parse::<LitBool>()?.value,
-            "recover" => keyed.recover = Some(inner.value()?.parse()?),
+            "hash" => {
+                if let Some(b) = value::<LitBool>(cx, &inner, "`true` or `false`, as in `hash = true`")? {
+                    keyed.hash = b.value;
+                }
+            }
+            "destructive" => {
+                if let Some(b) = value::<LitBool>(cx, &inner, "`true` or `false`, as in `destructive = false`")? {
+                    keyed.destructive = b.value;
+                }
+            }
+            "recover" => {
+                keyed.recover = value(cx, &inner, "the path of an async fn, as in `recover = find_invoice`")?;
+            }
             "on_in_progress" => {
-                let lit: LitStr = inner.value()?.parse()?;
-                match parse_on_in_progress(&lit.value()) {
-                    Ok(wait) => keyed.wait_in_progress = wait,
-                    Err(msg) => cx.error_spanned_by(&lit, msg),
+                let takes = "`\"reject\"` or `\"wait(2s)\"`";
+                if let Some(lit) = value::<LitStr>(cx, &inner, takes)? {
+                    match parse_on_in_progress(&lit.value()) {
+                        Ok(wait) => keyed.wait_in_progress = wait,
+                        Err(msg) => cx.error_spanned_by(&lit, msg),
+                    }
                 }
             }
             other => {
@@ -219,10 +248,48 @@ fn parse_keyed(cx: &Ctxt, meta: &ParseNestedMeta, span: Span) -> syn::Result<Key
         }
         Ok(())
     })?;
-    if keyed.key.is_none() {
+    if keyed.key.is_none() && !keyed.key_missing {
         cx.error_at(span, "`idempotent` needs a key template, as in `idempotent(key = \"invoice:<customer>:<period>\")`");
     }
     Ok(keyed)
+}
+
+/// `status = "name"` or `status = false`.
+enum StatusValue {
+    Name(LitStr),
+    Off(LitBool),
+}
+
+impl Parse for StatusValue {
+    fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
+        if input.peek(LitBool) {
+            input.parse().map(StatusValue::Off)
+        } else {
+            input.parse().map(StatusValue::Name)
+        }
+    }
+}
+
+/// The value after `key =` when it is a `T`. Anything else is reported at the value, as what
+/// `key` takes, and skipped, so parsing goes on to report the rest.
+fn value<T: Parse>(cx: &Ctxt, meta: &ParseNestedMeta, takes: &str) -> syn::Result<Option<T>> {
+    let key = path_name(&meta.path);
+    if !meta.input.peek(syn::Token![=]) {
+        cx.error_at(span_of(&meta.path), format!("`{key}` takes {takes}"));
+        skip_value(meta)?;
+        return Ok(None);
+    }
+    let input = meta.value()?;
+    let fork = input.fork();
+    if fork.parse::<T>().is_ok() && (fork.is_empty() || fork.peek(syn::Token![,])) {
+        return input.parse().map(Some);
+    }
+    let mut written = TokenStream::new();
+    while !input.is_empty() && !input.peek(syn::Token![,]) {
+        written.extend(input.parse::<proc_macro2::TokenTree>()?.into_token_stream());
+    }
+    cx.error_spanned_by(written, format!("`{key}` takes {takes}"));
+    Ok(None)
 }
 
 fn parse_on_in_progress(text: &str) -> Result<Option<Duration>, String> {
@@ -241,7 +308,11 @@ fn parse_on_in_progress(text: &str) -> Result<Option<Duration>, String> {
 }
 
 fn parse_duration(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Spanned<Duration>>> {
-    let lit: LitStr = meta.value()?.parse()?;
+    let key = path_name(&meta.path);
+    let takes = format!("a duration in a string, as in `{key} = \"2s\"`");
+    let Some(lit) = value::<LitStr>(cx, meta, &takes)? else {
+        return Ok(None);
+    };
     match duration(&lit.value()) {
         Ok(value) => Ok(Some(Spanned {
             value,
@@ -256,15 +327,24 @@ fn parse_duration(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Spann
 
 /// `"200ms"`, `"2s"`, `"5m"`, `"7d"`: a positive duration with a unit.
 pub fn duration(text: &str) -> Result<Duration, String> {
-    let expected = "expected a duration with a unit, as in \"200ms\", \"2s\", \"5m\", \"7d\"";
-    if text.trim().is_empty() || text.trim().chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!("invalid duration \"{text}\"; {expected}"));
-    }
-    match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => Err(format!("duration \"{text}\" is zero; {expected}")),
-        Ok(d) => Ok(d),
-        Err(e) => Err(format!("invalid duration \"{text}\" ({e}); {expected}")),
-    }
+    let why = if text.trim().is_empty() {
+        ": it is empty".to_string()
+    } else if text.trim().chars().all(|c| c.is_ascii_digit()) {
+        ": it has no unit".to_string()
+    } else {
+        match humantime::parse_duration(text) {
+            Ok(d) if d.is_zero() => ": it is zero".to_string(),
+            Ok(d) => return Ok(d),
+            Err(humantime::DurationError::UnknownUnit { unit, .. }) => {
+                format!(": `{unit}` is not a unit")
+            }
+            Err(humantime::DurationError::NumberOverflow) => ": it is too long".to_string(),
+            Err(_) => String::new(),
+        }
+    };
+    Err(format!(
+        "invalid duration `\"{text}\"`{why}; expected a number and a unit (`ms`, `s`, `m`, `h`, `d`), as in `\"200ms\"`, `\"2s\"`, `\"5m\"`, `\"7d\"`"
+    ))
 }
 
 fn path_name(path: &Path) -> String {

@@ -35,14 +35,14 @@ fn check_signature(cx: &Ctxt, tool: &Tool) {
     if sig.asyncness.is_none() {
         cx.error_spanned_by(
             sig.fn_token,
-            "`#[tool]` needs an `async fn`: write `async fn`",
+            format!("a `#[tool]` fn must be `async`: write `async fn {}`; the toolbox awaits it in a task of its own", sig.ident),
         );
     }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        cx.error_spanned_by(
-            &sig.generics,
-            "a `#[tool]` fn cannot be generic: its schema is derived from concrete parameter types",
-        );
+    let generic = "a `#[tool]` fn cannot be generic: its schema is derived from concrete parameter types; write the types out";
+    if !sig.generics.params.is_empty() {
+        cx.error_spanned_by(&sig.generics, generic);
+    } else if let Some(where_clause) = &sig.generics.where_clause {
+        cx.error_spanned_by(where_clause, generic);
     }
     if tool.output.is_none() {
         cx.error_spanned_by(
@@ -163,7 +163,16 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
         if let (Some(prev @ (Piece::Param(_) | Piece::Ctx(_))), Piece::Param(_) | Piece::Ctx(_)) =
             (previous, piece)
         {
-            cx.error_spanned_by(lit, format!("placeholders {} and {} need literal text between them, or their values could run together", show(prev), show(piece)));
+            cx.error_spanned_by(
+                lit,
+                format!(
+                    "placeholders {} and {} need literal text between them, or their values could run together; write a separator, as in `{}:{}`",
+                    show(prev),
+                    show(piece),
+                    show(prev).trim_matches('`'),
+                    show(piece).trim_matches('`')
+                ),
+            );
         }
         previous = Some(piece);
         if !matches!(piece, Piece::Literal(_)) && seen.contains(&piece) {
@@ -181,11 +190,11 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
             Piece::Ctx(field) => {
                 if !CTX_FIELDS.contains(&field.as_str()) {
                     let hint = did_you_mean(field, CTX_FIELDS.iter().copied())
-                        .map(|c| format!("did you mean `<ctx.{c}>`? "))
+                        .map(|c| format!(" (did you mean `<ctx.{c}>`?)"))
                         .unwrap_or_default();
                     cx.error_spanned_by(
                         lit,
-                        format!("unknown context field `<ctx.{field}>` in key template; {hint}the context has `ctx.run_id`, `ctx.step`, `ctx.tenant`, `ctx.event_id`"),
+                        format!("unknown context field `<ctx.{field}>` in key template{hint}; expected one of: `<ctx.run_id>`, `<ctx.step>`, `<ctx.tenant>`, `<ctx.event_id>`"),
                     );
                 }
             }
@@ -193,7 +202,7 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
                 Some(param) if matches!(param.kind, ParamKind::Model) => check_key_type(cx, name, &param.ty),
                 Some(_) => cx.error_spanned_by(
                     lit,
-                    format!("`<{name}>` is injected by the toolbox, not a value of the call: a key names the action by the call's own fields"),
+                    format!("`<{name}>` is injected by the toolbox, not a value of the call: a key names the action by the call's own fields; remove `<{name}>` from the key"),
                 ),
                 None => {
                     let hint = did_you_mean(name, params.iter().map(String::as_str))

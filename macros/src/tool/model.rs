@@ -152,7 +152,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
             FnArg::Receiver(receiver) => {
                 cx.error_spanned_by(
                     receiver.self_token,
-                    "a `#[tool]` fn cannot take `self`: tools are free functions; pass shared things as `State<T>`",
+                    "a `#[tool]` fn cannot take `self`: tools are free functions; move it out of the `impl` and take what it shares as `State<T>`",
                 );
                 continue;
             }

@@ -1,0 +1,90 @@
+//! What the macro writes, checked without compiling it: the expansion snapshot of the design's
+//! `send_invoice` (regenerate with `UPDATE_EXPECT=1 cargo test -p toolkey-macros`, and read the
+//! diff), and the `crate = "..."` override reaching every generated path.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+fn send_invoice(args: TokenStream) -> TokenStream {
+    let item = quote! {
+        /// Create and send the invoice for one customer and billing period.
+        ///
+        /// Safe to retry: a second call for the same customer and period never sends a second invoice.
+        pub async fn send_invoice(
+            billing: State<Billing>,
+            ctx: &ToolContext,
+            /// Customer ID, for example "acme".
+            customer: String,
+            /// Billing period as YYYY-MM, for example "2026-10".
+            period: String,
+            /// Amount in EUR.
+            amount: f64,
+            /// What the invoice is for.
+            #[arg(ignore)]
+            memo: String,
+        ) -> Result<Invoice, ToolError> {
+            let _ = ctx;
+            Ok(billing.send(&customer, &period, amount, &memo).await)
+        }
+    };
+    super::expand(args, item)
+}
+
+fn pretty(tokens: TokenStream) -> String {
+    let file: syn::File = syn::parse2(tokens).expect("the expansion is a valid file");
+    prettyplease::unparse(&file)
+}
+
+#[test]
+fn send_invoice_expansion() {
+    let args = quote!(
+        idempotent(
+            key = "invoice:<customer>:<period>",
+            status = "invoice_status"
+        ),
+        timeout = "2s"
+    );
+    let header = "// The expansion of DESIGN.md's `send_invoice`, as `#[tool]` writes it.\n\
+                  // Regenerate: UPDATE_EXPECT=1 cargo test -p toolkey-macros\n\n";
+    let text = format!("{header}{}", pretty(send_invoice(args)));
+    expect_test::expect_file!["../../snapshots/send_invoice.rs"].assert_eq(&text);
+}
+
+#[test]
+fn crate_override_reaches_every_path() {
+    let args = quote!(
+        idempotent(key = "invoice:<customer>:<period>", recover = find_invoice),
+        crate = "::tk"
+    );
+    let text = send_invoice(args).to_string().replace(' ', "");
+    assert!(text.contains("::tk::__private::"), "{text}");
+    assert!(
+        !text.contains("toolkey"),
+        "a path escaped the override: {text}"
+    );
+}
+
+#[test]
+fn key_part_derive_takes_the_override() {
+    let item = quote! {
+        #[key_part(crate = "::tk")]
+        enum Plan { Basic, Pro }
+    };
+    let text = crate::key_part::expand(item).to_string().replace(' ', "");
+    assert!(text.contains("impl::tk::KeyPartforPlan"), "{text}");
+    assert!(!text.contains("toolkey"), "{text}");
+}
+
+#[test]
+fn errors_leave_the_fn_and_its_struct() {
+    // On error the fn and the struct stay, so code that uses them does not add more errors.
+    let args = quote!(idempotent(key = "invoice:<nobody>"));
+    let text = send_invoice(args).to_string();
+    assert!(text.contains("compile_error"), "{text}");
+    assert!(text.contains("pub async fn send_invoice"), "{text}");
+    assert!(text.contains("pub struct SendInvoice"), "{text}");
+    assert!(
+        !text.contains("impl"),
+        "no half-written impl on error: {text}"
+    );
+}

@@ -1,0 +1,13 @@
+use toolkey::{tool, ToolError};
+
+#[tool(idempotent(key = "invoice:<customer>"))]
+async fn send_invoice(
+    customer: String,
+    #[arg(key = "exact")]
+    memo: String,
+) -> Result<(), ToolError> {
+    let _ = (customer, memo);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use toolkey::{tool, ToolError};
+
+#[tool(idempotent(key = "invoice:<customer>:<period>"))]
+async fn send_invoice(customer: String, period: Option<String>) -> Result<(), ToolError> {
+    let _ = (customer, period);
+    Ok(())
+}
+
+fn main() {}

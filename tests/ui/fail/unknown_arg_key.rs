@@ -1,0 +1,12 @@
+use toolkey::{tool, ToolError};
+
+#[tool(idempotent(key = "invoice:<customer>"))]
+async fn send_invoice(
+    #[arg(key = "exact", skip)]
+    customer: String,
+) -> Result<(), ToolError> {
+    let _ = customer;
+    Ok(())
+}
+
+fn main() {}

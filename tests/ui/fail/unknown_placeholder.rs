@@ -1,0 +1,9 @@
+use toolkey::{tool, ToolError};
+
+#[tool(idempotent(key = "invoice:<custmer>:<period>"))]
+async fn send_invoice(customer: String, period: String) -> Result<(), ToolError> {
+    let _ = (customer, period);
+    Ok(())
+}
+
+fn main() {}
