@@ -11,7 +11,7 @@ mod tool;
 
 /// Declares an LLM tool from an `async fn`, with its idempotency story.
 ///
-/// ```ignore
+/// ```text
 /// /// Create and send the invoice for one customer and billing period.
 /// #[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"), timeout = "2s")]
 /// async fn send_invoice(
@@ -48,7 +48,7 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Lets a unit enum be part of an idempotency key, by its serde name.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, toolkey::KeyPart)]
 /// #[serde(rename_all = "snake_case")]
 /// enum Plan { Basic, Pro }
