@@ -878,6 +878,10 @@ async fn a_multi_step_tool_that_crashed_between_steps_runs_each_step_once() {
         .unwrap_err();
     assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
     assert!(err.message().contains("worker crashed between the steps"));
+    assert!(
+        err.is_retryable(),
+        "with a recover hook, the retry looks before it acts"
+    );
     assert_eq!(
         (
             mail.created.load(Ordering::SeqCst),

@@ -138,8 +138,9 @@ pub(crate) async fn run_keyed(
                     .take()
                     .expect("the body runs once: every path that runs it returns");
                 let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
-                let value =
-                    settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner)).await?;
+                let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner))
+                    .await
+                    .map_err(|err| looked_up_on_retry(err, recover_hook.is_some()))?;
                 return Ok(ToolOutput {
                     value,
                     replayed: false,
@@ -229,7 +230,8 @@ pub(crate) async fn run_keyed(
                             drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
                         let value =
                             settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner))
-                                .await?;
+                                .await
+                                .map_err(|err| looked_up_on_retry(err, true))?;
                         Ok(ToolOutput {
                             value,
                             replayed: false,
@@ -348,6 +350,17 @@ async fn record_outcome(
 fn poll_interval(wait: Option<Duration>) -> Duration {
     let wait = wait.unwrap_or_default();
     (wait / 20).clamp(Duration::from_millis(5), Duration::from_millis(100))
+}
+
+/// With a recover hook, a retry after an unknown outcome looks before it acts: say so.
+fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
+    if has_recover && err.is(ErrorCode::OutcomeUnknown) {
+        ToolError::new(ErrorCode::OutcomeUnknown, err.message().to_string())
+            .retryable(true)
+            .suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
+    } else {
+        err
+    }
 }
 
 pub(crate) fn store_error(err: StoreError) -> ToolError {
