@@ -105,7 +105,7 @@ pub(crate) async fn run_keyed(
     };
     let store = inner.store.clone();
     let rkey = RecordKey::new(ctx.scope(), key.as_str());
-    let log_key = key.log_hash();
+    let log_key = key.for_logs();
     let deadline = settings
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);

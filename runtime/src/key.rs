@@ -44,8 +44,13 @@ impl IdempotencyKey {
 
     /// A short SHA-256 of the key, for logs: it names the action without showing its values.
     pub fn log_hash(&self) -> String {
-        let digest = Sha256::digest(self.text.as_bytes());
-        hex::encode(&digest[..8])
+        self.for_logs().to_string()
+    }
+
+    /// The short hash as a `Display` value computed only when formatted, so a disabled log
+    /// event costs nothing.
+    pub(crate) fn for_logs(&self) -> LogHash<'_> {
+        LogHash(self)
     }
 
     /// The key of one step of a multi-step tool: the step's name in place of the namespace,
@@ -68,6 +73,16 @@ impl fmt::Display for IdempotencyKey {
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("IdempotencyKey").field(&self.text).finish()
+    }
+}
+
+/// Formats a key's short hash (see [`IdempotencyKey::log_hash`]) when, and only when, it is shown.
+pub(crate) struct LogHash<'a>(&'a IdempotencyKey);
+
+impl fmt::Display for LogHash<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let digest = Sha256::digest(self.0.text.as_bytes());
+        f.write_str(&hex::encode(&digest[..8]))
     }
 }
 

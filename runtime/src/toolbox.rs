@@ -466,7 +466,7 @@ impl Toolbox {
                 json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
             }
         };
-        tracing::debug!(tool = %status.definition.name, target = %status.target, key = %key.log_hash(), "status answered");
+        tracing::debug!(tool = %status.definition.name, target = %status.target, key = %key.for_logs(), "status answered");
         Ok(ToolOutput {
             value,
             replayed: false,

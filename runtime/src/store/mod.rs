@@ -65,9 +65,15 @@ impl RecordKey {
 pub struct Token(String);
 
 impl Token {
-    /// A new random token.
+    /// A new token, unique across processes and machines: a random 128-bit prefix drawn once
+    /// per process, then a counter (fencing needs uniqueness, and a system call per token
+    /// would be the largest cost of a reservation in memory).
     pub fn generate() -> Token {
-        Token(uuid::Uuid::new_v4().simple().to_string())
+        static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Token(format!("{prefix}-{n:x}"))
     }
 
     /// A token as a store keeps it.
