@@ -254,28 +254,5 @@ async fn terminated_backends_are_replaced() {
 
     // The next calls may still meet a terminated connection (at most one failure for each),
     // after that every call succeeds on the same store.
-    let mut failures = 0;
-    for i in 0..8 {
-        match store
-            .reserve(&key(&format!("next-{i}")), &fp(), Duration::from_secs(60))
-            .await
-        {
-            Ok(Reservation::Reserved(_)) => {}
-            Err(StoreError::Unavailable(_)) => failures += 1,
-            other => panic!("call {i} after the restart: {other:?}"),
-        }
-    }
-    assert!(
-        failures <= 4,
-        "{failures} calls failed on 4 terminated connections"
-    );
-    for i in 0..20 {
-        let answer = store
-            .reserve(&key(&format!("after-{i}")), &fp(), Duration::from_secs(60))
-            .await;
-        assert!(
-            matches!(answer, Ok(Reservation::Reserved(_))),
-            "call {i} after recovery: {answer:?}"
-        );
-    }
+    support::recovers(&store, 8, 4).await;
 }

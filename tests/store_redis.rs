@@ -278,28 +278,5 @@ async fn killed_connections_are_replaced() {
     }
 
     // The next call may still meet the dead connection; after that every call succeeds.
-    let mut failures = 0;
-    for i in 0..3 {
-        match store
-            .reserve(&key(&format!("next-{i}")), &fp(), Duration::from_secs(60))
-            .await
-        {
-            Ok(Reservation::Reserved(_)) => {}
-            Err(StoreError::Unavailable(_)) => failures += 1,
-            other => panic!("call {i} after the kill: {other:?}"),
-        }
-    }
-    assert!(
-        failures <= 1,
-        "{failures} calls failed after one killed connection"
-    );
-    for i in 0..20 {
-        let answer = store
-            .reserve(&key(&format!("after-{i}")), &fp(), Duration::from_secs(60))
-            .await;
-        assert!(
-            matches!(answer, Ok(Reservation::Reserved(_))),
-            "call {i} after recovery: {answer:?}"
-        );
-    }
+    support::recovers(&store, 3, 1).await;
 }

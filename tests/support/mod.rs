@@ -94,3 +94,38 @@ impl Proxy {
         self.serve(listener);
     }
 }
+
+/// After connections were killed: of `probes` reserves at most `max_failures` fail (each on a
+/// dead connection, as `Unavailable`), and then 20 more all succeed on the same store.
+pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_failures: usize) {
+    use std::time::Duration;
+    use toolkey::store::{RecordKey, Reservation, StoreError};
+
+    let fp = toolkey::Fingerprint::of(&serde_json::json!({"probe": true})).unwrap();
+    let tenant = format!("recovers-{}", toolkey::store::Token::generate());
+    let key = |name: String| RecordKey::new(tenant.clone(), name);
+    let mut failures = 0;
+    for i in 0..probes {
+        match store
+            .reserve(&key(format!("next-{i}")), &fp, Duration::from_secs(60))
+            .await
+        {
+            Ok(Reservation::Reserved(_)) => {}
+            Err(StoreError::Unavailable(_)) => failures += 1,
+            other => panic!("call {i} after the kill: {other:?}"),
+        }
+    }
+    assert!(
+        failures <= max_failures,
+        "{failures} of {probes} calls failed, expected at most {max_failures}"
+    );
+    for i in 0..20 {
+        let answer = store
+            .reserve(&key(format!("after-{i}")), &fp, Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(answer, Ok(Reservation::Reserved(_))),
+            "call {i} after recovery: {answer:?}"
+        );
+    }
+}

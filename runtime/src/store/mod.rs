@@ -307,3 +307,56 @@ pub(crate) fn from_millis(ms: i64) -> SystemTime {
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// A shared store is a store: the same records through every handle.
+#[async_trait]
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        (**self).reserve(key, fingerprint, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        (**self).complete(key, token, outcome, retain).await
+    }
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        (**self).release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        (**self).renew(key, token, lease).await
+    }
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        (**self).mark_unknown(key, token).await
+    }
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        (**self).take_over(key, stale, lease).await
+    }
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        (**self).purge_expired().await
+    }
+    async fn now(&self) -> Result<SystemTime, StoreError> {
+        (**self).now().await
+    }
+}
