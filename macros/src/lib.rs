@@ -26,7 +26,7 @@ mod tool;
 ///     /// What the invoice is for.
 ///     #[arg(ignore)]
 ///     memo: String,
-/// ) -> Result<Invoice, ToolError> { todo!() }
+/// ) -> Result<Invoice, ToolError> { /* ... */ }
 /// ```
 ///
 /// The story is exactly one of `read_only`, `idempotent(key = "...")`, `natural`, `unkeyed`.
