@@ -164,3 +164,27 @@ fn wait_for(path: &Path) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Workers started together on a new file all open it: switching the file to WAL and creating
+/// the schema wait for each other instead of failing with "database is locked".
+#[test]
+fn many_openers_of_a_new_file_all_succeed() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolkey.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for opener in openers {
+            let opened = opener.join().unwrap();
+            assert!(opened.is_ok(), "round {round}: {opened:?}");
+        }
+    }
+}

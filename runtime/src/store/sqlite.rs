@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use rusqlite::types::ValueRef;
@@ -119,8 +119,20 @@ impl SqliteStore {
     fn setup(mut conn: Connection) -> Result<SqliteStore, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
         // An in-memory database answers "memory": it has no other process to share with.
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0))
-            .map_err(unavailable)?;
+        // Switching a new file to WAL takes a lock SQLite does not wait for: processes opening
+        // the same new file at once see SQLITE_BUSY here, so wait as the busy timeout would.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match conn
+                .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0))
+            {
+                Ok(_) => break,
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(unavailable)?;
         migrate(&mut conn)?;
@@ -175,9 +187,16 @@ fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
 /// Creates the schema in a new file, accepts the current one, refuses any other. Runs under the
 /// write lock, so processes opening a new file together create it once.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(unavailable)?;
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let tx = loop {
+        match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => break tx,
+            Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(unavailable(e)),
+        }
+    };
     let version: i64 = tx
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(unavailable)?;
@@ -196,6 +215,14 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         }
     }
     tx.commit().map_err(unavailable)
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock for now.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 fn unavailable(e: rusqlite::Error) -> StoreError {
