@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::key::log_hash;
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
 use crate::tool::{Call, Invocation};
 use crate::toolbox::{Inner, Registered, ToolOutput};
@@ -56,7 +57,16 @@ impl OnceScope {
                     })
                 };
                 let ran = drive(&*self.store, &rkey, &token, self.lease, work).await;
-                settle(&*self.store, &rkey, &token, self.retain, ran, None).await?
+                settle(
+                    &*self.store,
+                    &rkey,
+                    &token,
+                    self.retain,
+                    ran,
+                    key.as_str(),
+                    None,
+                )
+                .await?
             }
             Reservation::Existing(record) => match record {
                 Record::Completed {
@@ -97,6 +107,7 @@ pub(crate) async fn run_keyed(
 ) -> Result<ToolOutput, ToolError> {
     let def = &tool.definition;
     let settings = &def.settings;
+    let call_has_recover = call.recover.is_some();
     let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
         return Err(ToolError::internal(format!(
             "`{}` is idempotent but prepared no key",
@@ -115,14 +126,14 @@ pub(crate) async fn run_keyed(
         lease: settings.lease,
         retain: settings.retain,
     });
-    let mut body = Some(call.body);
     let mut recover_hook = call.recover;
     let invocation = || Invocation {
         ctx: ctx.clone().with_call(key.clone(), scope.clone()),
         state: inner.state.clone(),
     };
 
-    loop {
+    // Settle what the key's record says until this call holds the key (or has its answer).
+    let token = loop {
         let reservation = store
             .reserve(&rkey, &fingerprint, settings.lease)
             .await
@@ -133,18 +144,7 @@ pub(crate) async fn run_keyed(
         let record = match reservation {
             Reservation::Reserved(token) => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
-                inner.stats.executed.inc();
-                let body = body
-                    .take()
-                    .expect("the body runs once: every path that runs it returns");
-                let ran = drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
-                let value = settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner))
-                    .await
-                    .map_err(|err| looked_up_on_retry(err, recover_hook.is_some()))?;
-                return Ok(ToolOutput {
-                    value,
-                    replayed: false,
-                });
+                break token;
             }
             Reservation::Existing(record) => record,
         };
@@ -166,11 +166,9 @@ pub(crate) async fn run_keyed(
                 };
             }
             Record::InProgress { since, .. } => {
-                if let Some(deadline) = deadline {
-                    if tokio::time::Instant::now() < deadline {
-                        tokio::time::sleep(poll_interval(settings.wait_in_progress)).await;
-                        continue;
-                    }
+                if deadline.is_some_and(|deadline| tokio::time::Instant::now() < deadline) {
+                    tokio::time::sleep(poll_interval(settings.wait_in_progress)).await;
+                    continue;
                 }
                 inner.stats.in_progress.inc();
                 tracing::debug!(tool = %def.name, key = %log_key, "in progress");
@@ -206,51 +204,62 @@ pub(crate) async fn run_keyed(
                     recover(invocation()),
                 )
                 .await;
-                return match looked {
+                match looked {
                     Ok(Ok(Some(found))) => {
-                        record_outcome(
+                        let found = record_outcome(
                             &*store,
                             &rkey,
                             &token,
-                            &Outcome::Ok(found.clone()),
+                            Outcome::Ok(found),
                             settings.retain,
                         )
                         .await;
-                        Ok(ToolOutput {
-                            value: found,
-                            replayed: true,
-                        })
-                    }
-                    Ok(Ok(None)) => {
-                        inner.stats.executed.inc();
-                        let body = body
-                            .take()
-                            .expect("the body runs once: every path that runs it returns");
-                        let ran =
-                            drive(&*store, &rkey, &token, settings.lease, body(invocation())).await;
-                        let value =
-                            settle(&*store, &rkey, &token, settings.retain, ran, Some(&inner))
-                                .await
-                                .map_err(|err| looked_up_on_retry(err, true))?;
-                        Ok(ToolOutput {
+                        return found.map(|value| ToolOutput {
                             value,
-                            replayed: false,
-                        })
+                            replayed: true,
+                        });
                     }
+                    // Not found: safe to act, under the token just taken over.
+                    Ok(Ok(None)) => break token,
                     Ok(Err(err)) => {
                         // The lookup failed: the outcome is as unknown as before. Never release
                         // here, or the next call would act without looking.
                         let _ = store.mark_unknown(&rkey, &token).await;
-                        Err(err)
+                        return Err(err);
                     }
                     Err(panic) => {
                         let _ = store.mark_unknown(&rkey, &token).await;
-                        Err(panicked(&def.name, "recover hook", panic))
+                        return Err(panicked(&def.name, "recover hook", panic));
                     }
-                };
+                }
             }
         }
-    }
+    };
+
+    inner.stats.executed.inc();
+    let ran = drive(
+        &*store,
+        &rkey,
+        &token,
+        settings.lease,
+        (call.body)(invocation()),
+    )
+    .await;
+    let value = settle(
+        &*store,
+        &rkey,
+        &token,
+        settings.retain,
+        ran,
+        &def.name,
+        Some(&inner),
+    )
+    .await
+    .map_err(|err| looked_up_on_retry(err, call_has_recover))?;
+    Ok(ToolOutput {
+        value,
+        replayed: false,
+    })
 }
 
 type Panic = Box<dyn std::any::Any + Send>;
@@ -277,7 +286,7 @@ where
             done = &mut work => return done,
             _ = renewal.tick() => match store.renew(rkey, token, lease).await {
                 Ok(true) => {}
-                Ok(false) => tracing::warn!(key = %rkey.key, "lease lost while the body runs: another worker took the key over"),
+                Ok(false) => tracing::warn!(key = %log_hash(&rkey.key), "lease lost while the body runs: another worker took the key over"),
                 Err(e) => tracing::warn!(error = %e, "could not renew the lease; will try again"),
             },
         }
@@ -291,13 +300,11 @@ async fn settle(
     token: &Token,
     retain: Duration,
     ran: Result<Result<Value, ToolError>, Panic>,
+    what: &str,
     inner: Option<&Inner>,
 ) -> Result<Value, ToolError> {
     match ran {
-        Ok(Ok(value)) => {
-            record_outcome(store, rkey, token, &Outcome::Ok(value.clone()), retain).await;
-            Ok(value)
-        }
+        Ok(Ok(value)) => record_outcome(store, rkey, token, Outcome::Ok(value), retain).await,
         Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
             if let Some(inner) = inner {
                 inner.stats.unknown.inc();
@@ -316,27 +323,26 @@ async fn settle(
             }
             Err(err)
         }
-        Ok(Err(err)) => {
-            record_outcome(store, rkey, token, &Outcome::Err(err.clone()), retain).await;
-            Err(err)
-        }
+        Ok(Err(err)) => record_outcome(store, rkey, token, Outcome::Err(err), retain).await,
         Err(panic) => {
             if let Err(e) = store.mark_unknown(rkey, token).await {
                 tracing::error!(error = %e, "could not mark the outcome unknown after a panic");
             }
-            Err(panicked(&rkey.key, "body", panic))
+            Err(panicked(what, "body", panic))
         }
     }
 }
 
+/// Records `outcome` and hands it back as the caller's answer (the work happened either way;
+/// a failed write is logged, and the key stays reserved until its lease lapses).
 async fn record_outcome(
     store: &dyn Store,
     rkey: &RecordKey,
     token: &Token,
-    outcome: &Outcome,
+    outcome: Outcome,
     retain: Duration,
-) {
-    match store.complete(rkey, token, outcome, retain).await {
+) -> Result<Value, ToolError> {
+    match store.complete(rkey, token, &outcome, retain).await {
         Ok(true) => {}
         Ok(false) => tracing::error!(
             "the outcome was not recorded: the reservation was taken over after its lease lapsed"
@@ -344,6 +350,10 @@ async fn record_outcome(
         Err(e) => {
             tracing::error!(error = %e, "the outcome was not recorded; the key stays reserved until its lease lapses")
         }
+    }
+    match outcome {
+        Outcome::Ok(value) => Ok(value),
+        Outcome::Err(err) => Err(err),
     }
 }
 

@@ -50,7 +50,7 @@ impl IdempotencyKey {
     /// The short hash as a `Display` value computed only when formatted, so a disabled log
     /// event costs nothing.
     pub(crate) fn for_logs(&self) -> LogHash<'_> {
-        LogHash(self)
+        log_hash(&self.text)
     }
 
     /// The key of one step of a multi-step tool: the step's name in place of the namespace,
@@ -77,11 +77,17 @@ impl fmt::Debug for IdempotencyKey {
 }
 
 /// Formats a key's short hash (see [`IdempotencyKey::log_hash`]) when, and only when, it is shown.
-pub(crate) struct LogHash<'a>(&'a IdempotencyKey);
+pub(crate) struct LogHash<'a>(&'a str);
+
+/// The short hash of a stored key's text, for logs and operator messages: keys carry argument
+/// values, which never go there.
+pub(crate) fn log_hash(key: &str) -> LogHash<'_> {
+    LogHash(key)
+}
 
 impl fmt::Display for LogHash<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digest = Sha256::digest(self.0.text.as_bytes());
+        let digest = Sha256::digest(self.0.as_bytes());
         f.write_str(&hex::encode(&digest[..8]))
     }
 }

@@ -318,7 +318,10 @@ impl Toolbox {
 
     /// The definition of one tool.
     pub fn definition(&self, name: &str) -> Option<&ToolDefinition> {
-        self.inner.definitions.iter().find(|d| d.name == name)
+        match self.inner.entries.get(name)? {
+            Entry::Tool(registered) => Some(&registered.definition),
+            Entry::Status(status) => Some(&status.definition),
+        }
     }
 
     /// The store the toolbox uses.
@@ -389,7 +392,7 @@ impl Toolbox {
             let inner = self.inner.clone();
             let registered = registered.clone();
             let ctx = ctx.clone();
-            inner.clone().tracker.spawn(async move {
+            self.inner.tracker.spawn(async move {
                 if story == Story::Idempotent {
                     exec::run_keyed(inner, registered, call, ctx).await
                 } else {

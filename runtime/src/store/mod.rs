@@ -182,7 +182,8 @@ pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
-    #[error("corrupt record for key {key:?} of tenant {tenant:?}: {detail}")]
+    /// Its message names the key by a short hash, since keys carry argument values.
+    #[error("corrupt record (key hash {}) of tenant {tenant:?}: {detail}", crate::key::log_hash(.key))]
     Corrupt {
         /// The record's tenant.
         tenant: String,
