@@ -1,7 +1,6 @@
 //! Fingerprints: SHA-256 over a canonical JSON form of the arguments that define an action.
 
 use std::fmt;
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,9 +27,10 @@ impl Fingerprint {
     /// ```
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Fingerprint, serde_json::Error> {
         let value = serde_json::to_value(value)?;
-        let mut text = String::with_capacity(128);
-        canonical_json(&value, &mut text);
-        Ok(Fingerprint(Sha256::digest(text.as_bytes()).into()))
+        // The canonical text goes straight into the hash: no buffer on the call path.
+        let mut hasher = HashSink(Sha256::new());
+        write_canonical(&value, &mut hasher).expect("hashing cannot fail");
+        Ok(Fingerprint(hasher.0.finalize().into()))
     }
 
     /// The fingerprint as 64 lowercase hex digits.
@@ -77,49 +77,85 @@ impl fmt::Display for Fingerprint {
 /// Writes the canonical JSON form: object keys sorted by their bytes, no white space, numbers by
 /// value (an integral float within ±2^53 is written as the integer), strings escaped as JSON.
 pub fn canonical_json(value: &Value, out: &mut String) {
+    write_canonical(value, out).expect("writing to a String cannot fail")
+}
+
+/// Feeds text written to it into a SHA-256.
+struct HashSink(Sha256);
+
+impl fmt::Write for HashSink {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn write_canonical(value: &Value, out: &mut impl fmt::Write) -> fmt::Result {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.write_str("null"),
+        Value::Bool(b) => out.write_str(if *b { "true" } else { "false" }),
         Value::Number(n) => match n.as_f64() {
+            // -0.0 and 0.0 are one value.
             Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
-                // -0.0 and 0.0 are one value.
-                let _ = write!(out, "{}", f as i64);
+                write!(out, "{}", f as i64)
             }
-            _ => {
-                let _ = write!(out, "{n}");
-            }
+            _ => write!(out, "{n}"),
         },
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.push('[');
+            out.write_char('[')?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_char(',')?;
                 }
-                canonical_json(item, out);
+                write_canonical(item, out)?;
             }
-            out.push(']');
+            out.write_char(']')
         }
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            out.write_char('{')?;
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_char(',')?;
                 }
-                write_string(k, out);
-                out.push(':');
-                canonical_json(v, out);
+                write_string(k, out)?;
+                out.write_char(':')?;
+                write_canonical(v, out)?;
             }
-            out.push('}');
+            out.write_char('}')
         }
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    // serde_json's string escaping is canonical (it escapes exactly what JSON requires).
-    out.push_str(&serde_json::to_string(s).expect("a string always serializes"));
+/// A JSON string with exactly the escapes serde_json writes: `\"`, `\\`, the short forms of
+/// control characters, `\u00XX` for the other control characters, everything else as it is.
+fn write_string(s: &str, out: &mut impl fmt::Write) -> fmt::Result {
+    out.write_char('"')?;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        let escape = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\u{8}' => "\\b",
+            '\u{c}' => "\\f",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            c if (c as u32) < 0x20 => "",
+            _ => continue,
+        };
+        out.write_str(&s[start..i])?;
+        if escape.is_empty() {
+            write!(out, "\\u{:04x}", c as u32)?;
+        } else {
+            out.write_str(escape)?;
+        }
+        start = i + c.len_utf8();
+    }
+    out.write_str(&s[start..])?;
+    out.write_char('"')
 }
 
 #[cfg(test)]
@@ -148,6 +184,30 @@ mod tests {
         let mut out = String::new();
         canonical_json(&json!({"z": null, "a": [true, "q\""], "m": -0.0}), &mut out);
         assert_eq!(out, r#"{"a":[true,"q\""],"m":0,"z":null}"#);
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        for text in [
+            "plain",
+            "q\"uote",
+            "back\\slash",
+            "\u{0}\u{8}\u{c}\n\r\t\u{1f}",
+            "é ✓ \u{7f} /",
+        ] {
+            let mut out = String::new();
+            canonical_json(&json!(text), &mut out);
+            assert_eq!(out, serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_sha256_of_the_canonical_text() {
+        let value = json!({"b": ["x\"y", 2.0], "a": {"z": null, "y": -1.5}});
+        let mut text = String::new();
+        canonical_json(&value, &mut text);
+        let expected: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        assert_eq!(Fingerprint::of(&value).unwrap(), Fingerprint(expected));
     }
 
     #[test]
