@@ -6,10 +6,11 @@
 //! part when `TOOLKEY_CHILD` is set, and nothing otherwise.
 #![cfg(all(feature = "postgres", feature = "redis", unix))]
 
+mod child;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -129,20 +130,12 @@ fn toolbox(store: Arc<dyn Store>, ledger: Arc<Ledger>) -> Toolbox {
 }
 
 fn spawn_child(kind: &str, mode: &str, dir: &Path, tenant: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_process_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLKEY_CHILD", mode)
-        .env("TOOLKEY_CHILD_STORE", kind)
-        .env("TOOLKEY_CHILD_DIR", dir)
-        .env("TOOLKEY_CHILD_TENANT", tenant)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+    child::spawn_self(&[
+        ("TOOLKEY_CHILD", mode.as_ref()),
+        ("TOOLKEY_CHILD_STORE", kind.as_ref()),
+        ("TOOLKEY_CHILD_DIR", dir.as_os_str()),
+        ("TOOLKEY_CHILD_TENANT", tenant.as_ref()),
+    ])
 }
 
 /// The worker's part, when this binary runs as a child process; nothing otherwise.
@@ -240,14 +233,10 @@ async fn a_paused_worker_cannot_complete_after_a_takeover(kind: &str) {
     let ledger = Arc::new(Ledger::open(dir.path(), None));
     let tenant = tenant();
     let mut child = spawn_child(kind, "slow", dir.path(), &tenant);
-    let signal = dir.path().join("signal");
-    for _ in 0..1000 {
-        if signal.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(signal.exists(), "the worker never reached its body");
+    child::wait_for(
+        &dir.path().join("signal"),
+        "the worker never reached its body",
+    );
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-STOP", &pid])

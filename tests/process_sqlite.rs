@@ -6,10 +6,12 @@
 #![cfg(all(feature = "sqlite", unix))]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+mod child;
 
 use rusqlite::Connection;
 use serde_json::json;
@@ -130,19 +132,11 @@ fn ctx() -> ToolContext {
 }
 
 fn spawn_child(dir: &Path, mode: &str, tool: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_process_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLKEY_CHILD", mode)
-        .env("TOOLKEY_CHILD_DIR", dir)
-        .env("TOOLKEY_CHILD_TOOL", tool)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+    child::spawn_self(&[
+        ("TOOLKEY_CHILD", mode.as_ref()),
+        ("TOOLKEY_CHILD_DIR", dir.as_os_str()),
+        ("TOOLKEY_CHILD_TOOL", tool.as_ref()),
+    ])
 }
 
 /// The child's part, when this binary runs as a child process; nothing otherwise.
@@ -216,14 +210,7 @@ fn two_processes_through_one_sqlite_file_execute_each_key_once() {
 fn kill_a_child_holding_the_key(dir: &Path, mode: &str, tool: &str) {
     let _ = Outside::open(dir, Role::Normal);
     let mut child = spawn_child(dir, mode, tool);
-    let marker = dir.join("marker");
-    for _ in 0..1000 {
-        if marker.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(marker.exists(), "the child never reached its body");
+    child::wait_for(&dir.join("marker"), "the child never reached its body");
     child.kill().unwrap(); // SIGKILL: no destructor, no release
     child.wait().unwrap();
 }
