@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
 use super::{
     from_millis, millis, to_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError,
     Token,
@@ -76,69 +77,6 @@ impl<C: Clock> Clock for Arc<C> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    InProgress,
-    Unknown,
-    Completed,
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    state: State,
-    token: Token,
-    fingerprint: Fingerprint,
-    since_ms: i64,
-    lease_until_ms: i64,
-    /// Kept as stored text, as the other stores keep it, so a bad outcome is a corrupt record.
-    outcome: Option<String>,
-    completed_at_ms: i64,
-    expires_at_ms: i64,
-}
-
-impl Entry {
-    fn expired(&self, now: i64) -> bool {
-        self.state == State::Completed && self.expires_at_ms <= now
-    }
-
-    fn stale(&self, now: i64) -> bool {
-        self.state == State::Unknown
-            || (self.state == State::InProgress && self.lease_until_ms <= now)
-    }
-
-    fn held_by(&self, token: &Token) -> bool {
-        self.state == State::InProgress && &self.token == token
-    }
-
-    fn to_record(&self, key: &RecordKey, now: i64) -> Result<Record, StoreError> {
-        Ok(match self.state {
-            State::Completed => {
-                let text = self
-                    .outcome
-                    .as_deref()
-                    .ok_or_else(|| StoreError::corrupt(key, "completed record without outcome"))?;
-                Record::Completed {
-                    fingerprint: self.fingerprint,
-                    outcome: Outcome::from_stored(key, text)?,
-                    completed_at: from_millis(self.completed_at_ms),
-                    expires_at: from_millis(self.expires_at_ms),
-                }
-            }
-            _ if self.stale(now) => Record::Stale {
-                token: self.token.clone(),
-                fingerprint: self.fingerprint,
-                since: from_millis(self.since_ms),
-                reported: self.state == State::Unknown,
-            },
-            _ => Record::InProgress {
-                fingerprint: self.fingerprint,
-                since: from_millis(self.since_ms),
-                lease_until: from_millis(self.lease_until_ms),
-            },
-        })
-    }
-}
-
 /// Keeps records in this process's memory: for tests, single-process agents, and as the default
 /// when a toolbox is given no store. Its records do not survive a restart.
 ///
@@ -151,7 +89,7 @@ impl Entry {
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
-    records: Mutex<HashMap<RecordKey, Entry>>,
+    records: Mutex<HashMap<RecordKey, StoredRecord>>,
     clock: Box<dyn Clock>,
 }
 
@@ -173,7 +111,7 @@ impl MemoryStore {
         to_millis(self.clock.now())
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<RecordKey, Entry>, i64) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<RecordKey, StoredRecord>, i64) -> T) -> T {
         let now = self.now_ms();
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut records, now)
@@ -214,15 +152,15 @@ impl Store for MemoryStore {
             let token = Token::generate();
             records.insert(
                 key.clone(),
-                Entry {
-                    state: State::InProgress,
-                    token: token.clone(),
-                    fingerprint: *fingerprint,
+                StoredRecord {
+                    state: IN_PROGRESS.into(),
+                    token: token.as_str().into(),
+                    fingerprint: fingerprint.to_hex(),
                     since_ms: now,
-                    lease_until_ms: now.saturating_add(millis(lease)),
+                    lease_until_ms: now.saturating_add(span_ms(lease)),
                     outcome: None,
-                    completed_at_ms: 0,
-                    expires_at_ms: 0,
+                    completed_at_ms: None,
+                    expires_at_ms: None,
                 },
             );
             Ok(Reservation::Reserved(token))
@@ -239,10 +177,10 @@ impl Store for MemoryStore {
         let text = outcome.to_stored();
         self.with(|records, now| match records.get_mut(key) {
             Some(entry) if entry.held_by(token) => {
-                entry.state = State::Completed;
+                entry.state = COMPLETED.into();
                 entry.outcome = Some(text);
-                entry.completed_at_ms = now;
-                entry.expires_at_ms = now.saturating_add(millis(retain));
+                entry.completed_at_ms = Some(now);
+                entry.expires_at_ms = Some(now.saturating_add(span_ms(retain)));
                 Ok(true)
             }
             _ => Ok(false),
@@ -267,7 +205,7 @@ impl Store for MemoryStore {
     ) -> Result<bool, StoreError> {
         self.with(|records, now| match records.get_mut(key) {
             Some(entry) if entry.held_by(token) => {
-                entry.lease_until_ms = now.saturating_add(millis(lease));
+                entry.lease_until_ms = now.saturating_add(span_ms(lease));
                 Ok(true)
             }
             _ => Ok(false),
@@ -277,7 +215,7 @@ impl Store for MemoryStore {
     async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
         self.with(|records, _| match records.get_mut(key) {
             Some(entry) if entry.held_by(token) => {
-                entry.state = State::Unknown;
+                entry.state = UNKNOWN.into();
                 Ok(true)
             }
             _ => Ok(false),
@@ -291,12 +229,12 @@ impl Store for MemoryStore {
         lease: Duration,
     ) -> Result<Option<Token>, StoreError> {
         self.with(|records, now| match records.get_mut(key) {
-            Some(entry) if &entry.token == stale && entry.stale(now) => {
+            Some(entry) if entry.token == stale.as_str() && entry.stale(now) => {
                 let token = Token::generate();
-                entry.state = State::InProgress;
-                entry.token = token.clone();
+                entry.state = IN_PROGRESS.into();
+                entry.token = token.as_str().into();
                 entry.since_ms = now;
-                entry.lease_until_ms = now.saturating_add(millis(lease));
+                entry.lease_until_ms = now.saturating_add(span_ms(lease));
                 Ok(Some(token))
             }
             _ => Ok(None),

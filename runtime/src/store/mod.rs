@@ -27,7 +27,6 @@ mod memory;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;

@@ -620,7 +620,7 @@ impl Store for PostgresStore {
             // The conflicting record may be gone (released) or expired by now: then try again.
             if let Some((stored, now)) = self.read(key).await? {
                 if !stored.expired(now) {
-                    return stored.into_record(key, now).map(Reservation::Existing);
+                    return stored.to_record(key, now).map(Reservation::Existing);
                 }
             }
         }
@@ -695,7 +695,7 @@ impl Store for PostgresStore {
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         match self.read(key).await? {
-            Some((stored, now)) if !stored.expired(now) => stored.into_record(key, now).map(Some),
+            Some((stored, now)) if !stored.expired(now) => stored.to_record(key, now).map(Some),
             _ => Ok(None),
         }
     }

@@ -509,7 +509,7 @@ impl Store for RedisStore {
             .await?
         {
             Read::Reserved => Ok(Reservation::Reserved(token)),
-            Read::Found(stored, now) => stored.into_record(key, now).map(Reservation::Existing),
+            Read::Found(stored, now) => stored.to_record(key, now).map(Reservation::Existing),
             Read::Absent => Err(StoreError::Unavailable(
                 "redis: reserve answered absent".into(),
             )),
@@ -577,7 +577,7 @@ impl Store for RedisStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         match self.read(&SCRIPTS.get, key, &[]).await? {
             Read::Found(stored, now) if !stored.expired(now) => {
-                stored.into_record(key, now).map(Some)
+                stored.to_record(key, now).map(Some)
             }
             _ => Ok(None),
         }

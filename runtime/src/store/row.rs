@@ -1,6 +1,6 @@
-//! A record as the database stores keep it (states as text, times as milliseconds), judged
-//! against the store's clock in one place, so SQLite, PostgreSQL and Redis read records exactly as
-//! the memory store does.
+//! A record as every store keeps it (states as text, times as milliseconds), judged against the
+//! store's clock in one place, so the memory, SQLite, PostgreSQL and Redis stores read records
+//! alike.
 
 use super::{from_millis, Outcome, Record, RecordKey, StoreError, Token};
 use crate::Fingerprint;
@@ -39,9 +39,19 @@ impl StoredRecord {
         self.state == COMPLETED && self.expires_at_ms.is_some_and(|at| at <= now_ms)
     }
 
+    /// In progress with a lapsed lease, or marked unknown: nobody knows the outcome.
+    pub fn stale(&self, now_ms: i64) -> bool {
+        self.state == UNKNOWN || (self.state == IN_PROGRESS && self.lease_until_ms <= now_ms)
+    }
+
+    /// In progress under `token`: the only state in which a fenced write applies.
+    pub fn held_by(&self, token: &Token) -> bool {
+        self.state == IN_PROGRESS && self.token == token.as_str()
+    }
+
     /// The record as the trait describes it, at `now_ms` by the store's clock. Anything that does
     /// not read back is [`StoreError::Corrupt`].
-    pub fn into_record(self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
+    pub fn to_record(&self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
         let fingerprint = Fingerprint::from_hex(&self.fingerprint)
             .map_err(|e| StoreError::corrupt(key, format!("fingerprint: {e}")))?;
         let since = from_millis(self.since_ms);
@@ -49,6 +59,7 @@ impl StoredRecord {
             COMPLETED => {
                 let text = self
                     .outcome
+                    .as_deref()
                     .ok_or_else(|| StoreError::corrupt(key, "completed record without outcome"))?;
                 let (Some(completed_at), Some(expires_at)) =
                     (self.completed_at_ms, self.expires_at_ms)
@@ -60,19 +71,19 @@ impl StoredRecord {
                 };
                 Record::Completed {
                     fingerprint,
-                    outcome: Outcome::from_stored(key, &text)?,
+                    outcome: Outcome::from_stored(key, text)?,
                     completed_at: from_millis(completed_at),
                     expires_at: from_millis(expires_at),
                 }
             }
             UNKNOWN => Record::Stale {
-                token: Token::from_stored(self.token),
+                token: Token::from_stored(self.token.clone()),
                 fingerprint,
                 since,
                 reported: true,
             },
             IN_PROGRESS if self.lease_until_ms <= now_ms => Record::Stale {
-                token: Token::from_stored(self.token),
+                token: Token::from_stored(self.token.clone()),
                 fingerprint,
                 since,
                 reported: false,
@@ -112,18 +123,18 @@ mod tests {
     #[test]
     fn leases_and_retention_are_judged_at_now() {
         assert!(matches!(
-            row(IN_PROGRESS).into_record(&key(), 19),
+            row(IN_PROGRESS).to_record(&key(), 19),
             Ok(Record::InProgress { .. })
         ));
         assert!(matches!(
-            row(IN_PROGRESS).into_record(&key(), 20),
+            row(IN_PROGRESS).to_record(&key(), 20),
             Ok(Record::Stale {
                 reported: false,
                 ..
             })
         ));
         assert!(matches!(
-            row(UNKNOWN).into_record(&key(), 0),
+            row(UNKNOWN).to_record(&key(), 0),
             Ok(Record::Stale { reported: true, .. })
         ));
         assert!(!row(COMPLETED).expired(29));
@@ -143,7 +154,7 @@ mod tests {
         no_times.expires_at_ms = None;
         for r in [bad_fp, bad_state, bad_outcome, no_times] {
             assert!(matches!(
-                r.into_record(&key(), 0),
+                r.to_record(&key(), 0),
                 Err(StoreError::Corrupt { .. })
             ));
         }

@@ -323,7 +323,7 @@ impl Store for SqliteStore {
                 let stored = read(&tx, &key)?.ok_or_else(|| {
                     StoreError::Unavailable("sqlite: a conflicting row vanished".into())
                 })?;
-                Reservation::Existing(stored.into_record(&key, now)?)
+                Reservation::Existing(stored.to_record(&key, now)?)
             };
             tx.commit().map_err(unavailable)?;
             Ok(answer)
@@ -438,7 +438,7 @@ impl Store for SqliteStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let (key, now) = (key.clone(), self.now_ms());
         self.run(move |conn| match read(conn, &key)? {
-            Some(stored) if !stored.expired(now) => stored.into_record(&key, now).map(Some),
+            Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
             _ => Ok(None),
         })
         .await
