@@ -143,7 +143,9 @@ impl ToolContext {
                 ),
             ));
         }
-        scope.run_step(self.scope(), key.for_step(step), work).await
+        scope
+            .run_step(self.scope(), step, key.for_step(step), work)
+            .await
     }
 }
 

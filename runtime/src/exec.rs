@@ -32,6 +32,7 @@ impl OnceScope {
     pub(crate) async fn run_step<T, E, F>(
         &self,
         tenant: &str,
+        step: &str,
         key: IdempotencyKey,
         work: F,
     ) -> Result<T, ToolError>
@@ -52,7 +53,7 @@ impl OnceScope {
                     let value = work.await.map_err(Into::into)?;
                     serde_json::to_value(&value).map_err(|e| {
                         ToolError::internal(format!(
-                            "step `{key}` returned a value that cannot be recorded: {e}"
+                            "step `{step}` returned a value that cannot be recorded: {e}"
                         ))
                     })
                 };
@@ -80,19 +81,19 @@ impl OnceScope {
                 Record::InProgress { .. } => {
                     return Err(ToolError::new(
                         ErrorCode::InProgress,
-                        format!("step `{key}` is running in another call"),
+                        format!("step `{step}` is running in another call"),
                     ))
                 }
                 Record::Stale { .. } => {
                     return Err(ToolError::outcome_unknown(format!(
-                        "step `{key}` started earlier and never recorded its outcome"
+                        "step `{step}` started earlier and never recorded its outcome"
                     )))
                 }
             },
         };
         serde_json::from_value(value).map_err(|e| {
             ToolError::internal(format!(
-                "the recorded result of step `{key}` no longer fits its type: {e}"
+                "the recorded result of step `{step}` no longer fits its type: {e}"
             ))
         })
     }

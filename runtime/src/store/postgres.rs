@@ -625,7 +625,8 @@ impl Store for PostgresStore {
             }
         }
         Err(StoreError::Unavailable(format!(
-            "postgres: the record of {key:?} changed under {RESERVE_ATTEMPTS} reserve attempts"
+            "postgres: the record (key hash {}) changed under {RESERVE_ATTEMPTS} reserve attempts",
+            crate::key::log_hash(&key.key)
         )))
     }
 
