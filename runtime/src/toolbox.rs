@@ -477,17 +477,19 @@ impl Toolbox {
     }
 
     fn unknown_tool(&self, name: &str) -> ToolError {
+        self.no_such_tool(format!("there is no tool named `{name}`"))
+    }
+
+    /// UNKNOWN_TOOL with `message`, suggesting the tools that exist.
+    pub(crate) fn no_such_tool(&self, message: String) -> ToolError {
         let names: Vec<&str> = self
             .inner
             .definitions
             .iter()
             .map(|d| d.name.as_str())
             .collect();
-        ToolError::new(
-            ErrorCode::UnknownTool,
-            format!("there is no tool named `{name}`"),
-        )
-        .suggestion(format!("use one of: {}", names.join(", ")))
+        ToolError::new(ErrorCode::UnknownTool, message)
+            .suggestion(format!("use one of: {}", names.join(", ")))
     }
 }
 

@@ -37,15 +37,7 @@ pub(crate) async fn run(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     let Some(name) = name else {
-        let tools: Vec<String> = toolbox
-            .definitions()
-            .iter()
-            .map(|d| d.name().to_string())
-            .collect();
-        return Err(
-            ToolError::new(ErrorCode::UnknownTool, "the tool call names no tool")
-                .suggestion(format!("call one of: {}", tools.join(", "))),
-        );
+        return Err(toolbox.no_such_tool("the tool call names no tool".into()));
     };
     let Some(definition) = toolbox.definition(name) else {
         return toolbox.call(name, Value::Object(Map::new()), ctx).await;
