@@ -1,0 +1,60 @@
+//! The fuzz targets under bolero: a short sample in `cargo test`, as many inputs as
+//! `BOLERO_RANDOM_ITERATIONS` says otherwise. See the crate docs for the commands.
+
+use toolkey_fuzz::harness::{guarded, Tally};
+use toolkey_fuzz::targets;
+
+/// Inputs per target when `BOLERO_RANDOM_ITERATIONS` is not set: the CI sample.
+const SAMPLE: usize = 3_000;
+
+fn fuzz(name: &'static str, target: fn(&[u8], &Tally)) {
+    let tally = Tally::default();
+    bolero::check!()
+        .with_iterations(SAMPLE)
+        .with_max_len(4096)
+        .for_each(|input: &[u8]| {
+            tally.input();
+            guarded(name, input, || target(input, &tally));
+        });
+    println!("{}", tally.summary(name));
+}
+
+#[test]
+fn toolbox_call() {
+    fuzz("toolbox_call", targets::toolbox_call);
+}
+
+#[test]
+fn status_call() {
+    fuzz("status_call", targets::status_call);
+}
+
+#[test]
+fn openai_tool_call() {
+    fuzz("openai_tool_call", targets::openai_tool_call);
+}
+
+#[test]
+fn openai_function_call() {
+    fuzz("openai_function_call", targets::openai_function_call);
+}
+
+#[test]
+fn anthropic_tool_use() {
+    fuzz("anthropic_tool_use", targets::anthropic_tool_use);
+}
+
+#[test]
+fn mcp_tools_call() {
+    fuzz("mcp_tools_call", targets::mcp_tools_call);
+}
+
+#[test]
+fn key_derivation() {
+    fuzz("key_derivation", targets::key_derivation);
+}
+
+#[test]
+fn fingerprint() {
+    fuzz("fingerprint", targets::fingerprint);
+}
