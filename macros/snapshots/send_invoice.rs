@@ -46,18 +46,29 @@ const _: () = {
         ::toolkey::__private::ToolError,
     > {
         let mut __k = ::toolkey::__private::KeyBuilder::new("invoice:", ":", false);
-        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, customer, false);
+        ::toolkey::__private::KeyBuilder::part::<
+            String,
+        >(&mut __k, customer, true, "customer");
         __k.literal(":");
-        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, period, false);
-        ::core::result::Result::Ok(__k.finish())
+        ::toolkey::__private::KeyBuilder::part::<
+            String,
+        >(&mut __k, period, false, "period");
+        __k.finish()
     }
-    #[derive(::toolkey::__private::serde::Serialize)]
+    #[derive(
+        ::toolkey::__private::serde::Serialize,
+        ::toolkey::__private::schemars::JsonSchema
+    )]
     #[serde(crate = "::toolkey::__private::serde")]
+    #[schemars(crate = "::toolkey::__private::schemars")]
     struct __Fingerprint<'__a> {
         amount: &'__a f64,
         #[serde(skip)]
         __lifetime: ::toolkey::__private::core::marker::PhantomData<&'__a ()>,
     }
+    static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
+        ::toolkey::__private::schema_for::<__Fingerprint<'static>>,
+    );
     #[automatically_derived]
     impl ::toolkey::__private::Tool for SendInvoice {
         fn definition(&self) -> ::toolkey::__private::ToolDefinition {
@@ -104,10 +115,12 @@ const _: () = {
             )?;
             let __key = __key(__ctx, &__a.customer, &__a.period)?;
             let __fp = ::toolkey::__private::fingerprint(
+                "send_invoice",
                 &__Fingerprint {
                     amount: &__a.amount,
                     __lifetime: ::toolkey::__private::core::marker::PhantomData,
                 },
+                &__FINGERPRINT_SCHEMA,
             )?;
             ::core::result::Result::Ok(
                 ::toolkey::__private::Call::keyed(
@@ -150,6 +163,20 @@ const _: () = {
                 customer: String,
                 /// Billing period as YYYY-MM, for example "2026-10".
                 period: String,
+                /// Amount in EUR.
+                ///
+                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
+                #[serde(default)]
+                #[schemars(with = "::core::option::Option<f64>")]
+                #[allow(dead_code)]
+                amount: ::core::option::Option<::toolkey::__private::Ignored>,
+                /// What the invoice is for.
+                ///
+                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
+                #[serde(default)]
+                #[schemars(with = "::core::option::Option<String>")]
+                #[allow(dead_code)]
+                memo: ::core::option::Option<::toolkey::__private::Ignored>,
             }
             let __definition = ::toolkey::__private::ToolDefinition::new(
                     "invoice_status",

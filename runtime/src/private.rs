@@ -4,6 +4,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::fingerprint::FingerprintSchema;
 pub use crate::key::KeyBuilder;
 pub use crate::tool::{
     Annotations, Body, BoxFuture, Call, Invocation, Recover, Settings, StateNeed, StatusCompanion,
@@ -74,9 +75,16 @@ impl<T: Serialize, E: Into<ToolError>> IntoRecovered for Result<Option<T>, E> {
     }
 }
 
+/// The body (or the recover hook) returned `Ok`: the effect happened. A result that cannot be
+/// serialized is therefore an unknown outcome, kept as unknown, never a recorded failure.
 fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(value)
-        .map_err(|e| ToolError::internal(format!("the tool's result cannot be serialized: {e}")))
+    serde_json::to_value(value).map_err(|e| {
+        ToolError::new(
+            crate::ErrorCode::OutcomeUnknown,
+            format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
+        )
+        .suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
+    })
 }
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
@@ -154,9 +162,13 @@ fn describe(schema: &Value, field: &str) -> Option<String> {
     })
 }
 
-/// The fingerprint of the arguments that define the action.
-pub fn fingerprint<T: Serialize>(value: &T) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of(value)
+/// The fingerprint of one call of `tool`, from the arguments that define the action.
+pub fn fingerprint<T: Serialize>(
+    tool: &str,
+    value: &T,
+    schema: &FingerprintSchema,
+) -> Result<Fingerprint, ToolError> {
+    Fingerprint::of_call(tool, value, schema)
         .map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
 }
 
@@ -216,3 +228,12 @@ where
 }
 
 pub use crate::IdempotencyKey;
+
+/// A status companion's field that its target has and the status ignores: accepts any JSON.
+pub struct Ignored;
+
+impl<'de> serde::Deserialize<'de> for Ignored {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
+    }
+}

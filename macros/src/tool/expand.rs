@@ -152,14 +152,24 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 .collect();
             let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
             let fp_types = fp_fields.iter().map(|p| &p.ty);
+            // A `#[schemars(with = ..)]` a parameter needs for its schema, it needs here too.
+            let fp_schemars = fp_fields.iter().map(|p| {
+                let attrs = p.forwarded.iter().filter(|a| a.path().is_ident("schemars"));
+                quote!(#(#attrs)*)
+            });
+            // The fingerprint's own schema says which arrays are sets, whose order is no part
+            // of the action; it is derived once per process.
             let fp_struct = quote! {
-                #[derive(#tk::serde::Serialize)]
+                #[derive(#tk::serde::Serialize, #tk::schemars::JsonSchema)]
                 #[serde(crate = #serde_path)]
+                #[schemars(crate = #schemars_path)]
                 struct __Fingerprint<'__a> {
-                    #(#fp_idents: &'__a #fp_types,)*
+                    #(#fp_schemars #fp_idents: &'__a #fp_types,)*
                     #[serde(skip)]
                     __lifetime: #tk::core::marker::PhantomData<&'__a ()>,
                 }
+                static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
+                    #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint<'static>>);
             };
             let (keep_raw, with_recover) = match &keyed.recover {
                 Some(recover) => (
@@ -179,15 +189,38 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #keep_raw
                 let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
                 let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #tk::fingerprint(&__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData })?;
+                let __fp = #tk::fingerprint(#name, &__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData }, &__FINGERPRINT_SCHEMA)?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
             let companion = keyed.status.as_ref().map(|(status, _)| {
                 let key_params: Vec<&Param> =
                     keyed.template.params().filter_map(|n| tool.param(n)).collect();
-                let fields = key_params.iter().map(|p| {
+                // The companion takes its target's whole argument set, so "call the status tool
+                // with the same arguments" works as written: the key fields as the target has
+                // them, every other field accepted whatever it holds, ignored, and said so.
+                let ignored_doc = format!(" Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.", status = status);
+                let fields = tool.model_params().map(|p| {
                     let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
-                    quote!(#(#docs)* #(#forwarded)* #ident: #ty)
+                    if key_params.iter().any(|k| k.ident == p.ident) {
+                        return quote!(#(#docs)* #(#forwarded)* #ident: #ty);
+                    }
+                    let renames = forwarded.iter().filter(|a| {
+                        a.path().is_ident("serde") && {
+                            let text = quote!(#a).to_string();
+                            text.contains("rename") || text.contains("alias")
+                        }
+                    });
+                    let schema_type = format!("::core::option::Option<{}>", quote!(#ty));
+                    quote! {
+                        #(#docs)*
+                        #[doc = ""]
+                        #[doc = #ignored_doc]
+                        #(#renames)*
+                        #[serde(default)]
+                        #[schemars(with = #schema_type)]
+                        #[allow(dead_code)]
+                        #ident: ::core::option::Option<#tk::Ignored>
+                    }
                 });
                 let args = key_params.iter().map(|p| {
                     let ident = &p.ident;
@@ -292,12 +325,14 @@ fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
         Piece::Param(name) => {
             let param = tool.param(name).expect("checked");
             let (ident, ty) = (&param.ident, &param.ty);
-            let exact = param.exact.is_some();
-            quote!(#tk::KeyBuilder::part::<#ty>(&mut __k, #ident, #exact);)
+            let fold = param.case_insensitive.is_some();
+            let field = ident.to_string();
+            let field = field.strip_prefix("r#").unwrap_or(&field);
+            quote!(#tk::KeyBuilder::part::<#ty>(&mut __k, #ident, #fold, #field);)
         }
         Piece::Ctx(field) => {
             let getter = format_ident!("ctx_{}", field);
-            quote!(__k.part(&#tk::#getter(__ctx)?, false);)
+            quote!(__k.ctx_part(&#tk::#getter(__ctx)?, #field);)
         }
     });
     // A template that starts with a placeholder was rejected by `check`.
@@ -309,7 +344,7 @@ fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
         ) -> ::core::result::Result<#tk::IdempotencyKey, #tk::ToolError> {
             let mut __k = #tk::KeyBuilder::new(#prefix, #specials, #hash);
             #(#steps)*
-            ::core::result::Result::Ok(__k.finish())
+            __k.finish()
         }
     }
 }

@@ -53,8 +53,9 @@ pub struct Param {
     pub forwarded: Vec<Attribute>,
     /// `#[arg(ignore)]`, with the span of `ignore`.
     pub ignore: Option<Span>,
-    /// `#[arg(key = "exact")]`, with the span of the literal.
-    pub exact: Option<Span>,
+    /// `#[arg(key = "case_insensitive")]`, with the span of the literal: the key part is
+    /// lowercased, so `"ACME"` and `"acme"` name one action.
+    pub case_insensitive: Option<Span>,
 }
 
 impl Tool {
@@ -161,7 +162,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
         let mut docs = Vec::new();
         let mut forwarded = Vec::new();
         let mut ignore = None;
-        let mut exact = None;
+        let mut case_insensitive = None;
         let mut kept = Vec::new();
         for attr in pat_type.attrs.drain(..) {
             if attr.path().is_ident("doc") {
@@ -175,14 +176,14 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
                         Ok(())
                     } else if meta.path.is_ident("key") {
                         let lit: LitStr = meta.value()?.parse()?;
-                        if lit.value() == "exact" {
-                            exact = Some(lit.span());
-                        } else {
-                            cx.error_spanned_by(&lit, format!("invalid `key = \"{}\"`; the only choice is `key = \"exact\"` (keep case; trimming and NFC still apply)", lit.value()));
+                        match lit.value().as_str() {
+                            "case_insensitive" => case_insensitive = Some(lit.span()),
+                            "exact" => cx.error_spanned_by(&lit, "key parts keep their case by default, so `key = \"exact\"` is not needed: remove it; `key = \"case_insensitive\"` is the other choice"),
+                            other => cx.error_spanned_by(&lit, format!("invalid `key = \"{other}\"`; the only choice is `key = \"case_insensitive\"` (lowercase the value in the key; trimming and NFC always apply)")),
                         }
                         Ok(())
                     } else {
-                        Err(meta.error("unknown `arg` key; expected `ignore` or `key = \"exact\"`"))
+                        Err(meta.error("unknown `arg` key; expected `ignore` or `key = \"case_insensitive\"`"))
                     }
                 });
                 if let Err(err) = parsed {
@@ -203,7 +204,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
         let ty = (*pat_type.ty).clone();
         let kind = classify(&ty);
         if !matches!(kind, ParamKind::Model) {
-            if let Some(span) = ignore.or(exact) {
+            if let Some(span) = ignore.or(case_insensitive) {
                 cx.error_at(span, format!("`{ident}` is injected by the toolbox, not filled by the model: `#[arg(..)]` applies to model-visible parameters only"));
             }
         }
@@ -214,7 +215,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
             docs,
             forwarded,
             ignore,
-            exact,
+            case_insensitive,
         });
     }
     params
