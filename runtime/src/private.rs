@@ -106,10 +106,26 @@ pub fn parse_args<A: DeserializeOwned>(
     args: Value,
     schema: impl FnOnce() -> Value,
 ) -> Result<A, ToolError> {
-    let args = if args.is_null() {
-        Value::Object(Default::default())
-    } else {
-        args
+    let args = match args {
+        Value::Null => Value::Object(Default::default()),
+        Value::Object(_) => args,
+        // serde's derived structs also take their fields as an array, in order: the schema
+        // promises an object of named fields, and positional arguments are not what it says.
+        other => {
+            let kind = match other {
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                _ => "an array",
+            };
+            return Err(ToolError::invalid_arguments(
+                format!(
+                    "the arguments for `{tool}` must be a JSON object of named fields, not {kind}"
+                ),
+                "send a JSON object with the fields the tool's schema lists, then call again"
+                    .into(),
+            ));
+        }
     };
     serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
         let path = err.path().to_string();
@@ -235,5 +251,38 @@ pub struct Ignored;
 impl<'de> serde::Deserialize<'de> for Ignored {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Args {
+        customer: String,
+        cents: u64,
+    }
+
+    fn parse(args: Value) -> Result<Args, ToolError> {
+        parse_args::<Args>("charge", args, || json!({}))
+    }
+
+    #[test]
+    fn arguments_are_an_object_of_named_fields() {
+        assert!(parse(json!({"customer": "acme", "cents": 5})).is_ok());
+        // Found by fuzzing: serde takes a struct's fields as an array too, so `["acme", 5]` ran
+        // the tool, though the schema says object.
+        for args in [json!(["acme", 5]), json!("acme"), json!(5), json!(true)] {
+            let err = parse(args.clone()).unwrap_err();
+            assert!(err.is(ErrorCode::InvalidArguments), "{args}: {err:?}");
+            assert!(err.message().contains("must be a JSON object"), "{err:?}");
+            assert!(err.suggestion_text().is_some());
+        }
+        let err = parse(Value::Null).unwrap_err();
+        assert!(err.message().contains("missing field"), "{err:?}");
     }
 }
