@@ -335,8 +335,7 @@ impl<'a> Gen<'a> {
                         }
                     }
                 }
-                if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object())
-                {
+                if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
                     for _ in 0..self.range(0, 3) {
                         let key = self.text();
                         let value = self.valid_at(values, root, depth + 1);

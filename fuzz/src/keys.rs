@@ -2,7 +2,8 @@
 //! separators of every kind, checked against the documented normalization.
 //!
 //! Two calls share a key exactly when every key part normalizes to the same text: for strings,
-//! trimmed and in Unicode NFC, and lowercased unless the parameter is `#[arg(key = "exact")]`.
+//! trimmed and in Unicode NFC, and lowercased too where the parameter is
+//! `#[arg(key = "case_insensitive")]`; a control character left after trimming is refused.
 //! A value may contain any separator, escape or hash mark; none of them may make two different
 //! actions share a key, or keep two spellings of one action apart.
 
@@ -15,28 +16,31 @@ use crate::harness::{check_error_json, Tally};
 
 /// Case-sensitive parts around the usual separator.
 #[tool(idempotent(key = "exact:<a>:<b>"))]
-async fn exact_pair(#[arg(key = "exact")] a: String, #[arg(key = "exact")] b: String) -> Result<(), ToolError> {
+async fn exact_pair(a: String, b: String) -> Result<(), ToolError> {
     let _ = (a, b);
     Ok(())
 }
 
 /// Case-insensitive parts around the usual separator.
 #[tool(idempotent(key = "folded:<a>:<b>"))]
-async fn folded_pair(a: String, b: String) -> Result<(), ToolError> {
+async fn folded_pair(
+    #[arg(key = "case_insensitive")] a: String,
+    #[arg(key = "case_insensitive")] b: String,
+) -> Result<(), ToolError> {
     let _ = (a, b);
     Ok(())
 }
 
 /// Parts separated by a letter: a value must not be able to forge it either.
 #[tool(idempotent(key = "mixed:<a>x<b>"))]
-async fn letter_separated(#[arg(key = "exact")] a: String, #[arg(key = "exact")] b: String) -> Result<(), ToolError> {
+async fn letter_separated(a: String, b: String) -> Result<(), ToolError> {
     let _ = (a, b);
     Ok(())
 }
 
-/// The escape character and the hash mark in the template itself, and a trailing literal.
-#[tool(idempotent(key = "escaped:<a>\\<b>#<c>/end"))]
-async fn escape_separated(a: String, b: String, c: String) -> Result<(), ToolError> {
+/// Several separators, one of them a letter, and a trailing literal.
+#[tool(idempotent(key = "several:<a>/<b>-x<c>.end"))]
+async fn several_separators(a: String, b: String, c: String) -> Result<(), ToolError> {
     let _ = (a, b, c);
     Ok(())
 }
@@ -46,7 +50,7 @@ const TOOLS: &[(&str, &str, bool)] = &[
     ("exact_pair", "exact:", true),
     ("folded_pair", "folded:", false),
     ("letter_separated", "mixed:", true),
-    ("escape_separated", "escaped:", false),
+    ("several_separators", "several:", true),
 ];
 
 fn tool_for(name: &str) -> Box<dyn Tool> {
@@ -54,21 +58,21 @@ fn tool_for(name: &str) -> Box<dyn Tool> {
         "exact_pair" => Box::new(ExactPair),
         "folded_pair" => Box::new(FoldedPair),
         "letter_separated" => Box::new(LetterSeparated),
-        _ => Box::new(EscapeSeparated),
+        _ => Box::new(SeveralSeparators),
     }
 }
 
 /// The parameters of each tool, in key order.
 fn params(name: &str) -> &'static [&'static str] {
-    if name == "escape_separated" {
+    if name == "several_separators" {
         &["a", "b", "c"]
     } else {
         &["a", "b"]
     }
 }
 
-/// A key part as the documentation says it is compared: trimmed, NFC, and lowercased (then NFC
-/// again, since lowercasing can decompose) unless exact.
+/// A key part as the documentation says it is compared: trimmed, NFC, and for case-insensitive
+/// parts lowercased (then NFC again, since lowercasing can decompose).
 fn normalized(text: &str, exact: bool) -> String {
     let nfc: String = text.trim().nfc().collect();
     if exact {
@@ -82,8 +86,8 @@ fn normalized(text: &str, exact: bool) -> String {
 /// often differ only by where a separator falls or how a letter is written.
 fn part(g: &mut Gen) -> String {
     const ALPHABET: &[&str] = &[
-        "a", "A", "b", "x", "X", ":", "\\", "#", "/", "end", " ", "\u{e9}", "e\u{301}", "\u{0}",
-        "\t", "\u{1f}", "\u{85}", "\u{130}", "\u{212a}", "k",
+        "a", "A", "b", "x", "X", ":", "\\", "#", "/", "-", ".", "end", "<", ">", " ", "\u{e9}",
+        "e\u{301}", "\u{0}", "\t", "\u{1f}", "\u{85}", "\u{130}", "\u{212a}", "k",
     ];
     let mut out = String::new();
     for _ in 0..g.range(0, 5) {
@@ -113,7 +117,9 @@ fn neighbour(g: &mut Gen, values: &[String]) -> Vec<String> {
                 let c = right.remove(0);
                 left.push(c);
             }
-            let literal = g.pick(&["x", ":", "\\", "#", "/end"]).to_string();
+            let literal = g
+                .pick(&["x", ":", "/", "-x", ".end", "\\", "#"])
+                .to_string();
             if g.chance(1, 2) {
                 left.push_str(&literal);
             } else {
@@ -148,7 +154,11 @@ fn key_of(name: &str, values: &[String]) -> Result<String, ToolError> {
     }
     let ctx = ToolContext::new("run-fuzz");
     let call = tool_for(name).prepare(Value::Object(args), &ctx)?;
-    Ok(call.key().expect("a keyed tool's call has a key").as_str().to_string())
+    Ok(call
+        .key()
+        .expect("a keyed tool's call has a key")
+        .as_str()
+        .to_string())
 }
 
 /// True when a value of a key field of the main toolbox's tool `name` holds a control
@@ -177,13 +187,15 @@ pub fn check(g: &mut Gen, tally: &Tally) {
     for values in [&first, &second] {
         let key = key_of(name, values);
         tally.answer(&key);
-        let control = values.iter().any(|v| v.chars().any(char::is_control));
+        let control = values
+            .iter()
+            .any(|v| normalized(v, exact).chars().any(char::is_control));
         match key {
             Ok(key) => {
                 assert!(key.len() <= MAX_KEY_BYTES, "{name} {values:?}: {key}");
                 assert!(key.starts_with(namespace), "{name} {values:?}: {key}");
                 assert!(
-                    !key.chars().any(char::is_control),
+                    !control && !key.chars().any(char::is_control),
                     "{name} {values:?}: a control character reached the key {key:?}"
                 );
                 keys.push(Some(key));

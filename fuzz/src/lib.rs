@@ -29,7 +29,7 @@
 //! ```
 //!
 //! Each target prints one line when it ends:
-//! `fuzz <target>: <N> inputs; calls: <A> accepted, <I> INVALID_ARGUMENTS, <O> other errors; 0 failures`.
+//! `fuzz <target>: <N> inputs; answers: <A> ok, <I> INVALID_ARGUMENTS, <O> other errors (by code); 0 failures`.
 
 pub mod gen;
 pub mod harness;

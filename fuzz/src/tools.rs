@@ -2,9 +2,9 @@
 //!
 //! | tool | story | what it covers |
 //! |---|---|---|
-//! | `send_invoice` | keyed, status `invoice_status` | string key parts, a float, `#[arg(ignore)]`, an optional field, a terminal error |
+//! | `send_invoice` | keyed, status `invoice_status` | string key parts (one case-insensitive), a float, `#[arg(ignore)]`, an optional field, a terminal error |
 //! | `book_seat` | keyed, status `book_seat_status` | integer, bool, unit enum and uuid key parts; a nested struct with a list |
-//! | `ship_order` | keyed, status `ship_order_status` | an exact (case-sensitive) key part, a `u16` part, a map, a set, nested optional structs |
+//! | `ship_order` | keyed, status `ship_order_status` | a case-sensitive key part, a `u16` part, a map, a set, nested optional structs |
 //! | `record_visit` | keyed with `hash = true`, status `record_visit_status` | personal data hashed out of the key |
 //! | `refund` | keyed on `ctx.run_id` and `ctx.step`, no status | a key the model cannot influence |
 //! | `find_customer` | `read_only` | an optional integer |
@@ -49,7 +49,8 @@ impl Ledger {
 #[tool(idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"))]
 async fn send_invoice(
     ledger: State<Ledger>,
-    /// Customer ID, for example "acme".
+    /// Customer ID, for example "acme"; case means nothing in it.
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period as YYYY-MM.
     period: String,
@@ -62,12 +63,16 @@ async fn send_invoice(
     memo: String,
 ) -> Result<Value, ToolError> {
     if amount < 0.0 {
-        return Err(ToolError::new("NEGATIVE_AMOUNT", "an invoice cannot be negative")
-            .suggestion("issue a credit note instead"));
+        return Err(
+            ToolError::new("NEGATIVE_AMOUNT", "an invoice cannot be negative")
+                .suggestion("issue a credit note instead"),
+        );
     }
     let n = ledger.record("send_invoice");
-    Ok(json!({"id": format!("inv-{n}"), "customer": customer, "period": period,
-              "amount": amount, "po_number": po_number, "memo": memo}))
+    Ok(
+        json!({"id": format!("inv-{n}"), "customer": customer, "period": period,
+              "amount": amount, "po_number": po_number, "memo": memo}),
+    )
 }
 
 /// A fare class.
@@ -121,8 +126,10 @@ async fn book_seat(
     meal: Option<Meal>,
 ) -> Result<Value, ToolError> {
     let n = ledger.record("book_seat");
-    Ok(json!({"booking": n, "flight": flight, "row": row, "window": window, "plan": plan,
-              "passenger": passenger, "letter": letter, "meal": meal}))
+    Ok(
+        json!({"booking": n, "flight": flight, "row": row, "window": window, "plan": plan,
+              "passenger": passenger, "letter": letter, "meal": meal}),
+    )
 }
 
 /// A delivery address.
@@ -142,7 +149,6 @@ pub struct Address {
 async fn ship_order(
     ledger: State<Ledger>,
     /// Order ID, case-sensitive.
-    #[arg(key = "exact")]
     order: String,
     /// Warehouse number.
     warehouse: u16,
