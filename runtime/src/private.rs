@@ -127,7 +127,21 @@ pub fn parse_args<A: DeserializeOwned>(
             ));
         }
     };
-    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
+    // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
+    // are read again with their integral floats as integers (kept aside only when there are any).
+    let respelled = has_integral_float(&args).then(|| {
+        let mut copy = args.clone();
+        integral_floats_as_integers(&mut copy);
+        copy
+    });
+    let first = serde_path_to_error::deserialize::<_, A>(args);
+    let first = match (first, respelled) {
+        (Err(err), Some(respelled)) => {
+            serde_path_to_error::deserialize::<_, A>(respelled).map_err(|_| err)
+        }
+        (first, _) => first,
+    };
+    first.map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
         let field = if path == "." {
@@ -150,6 +164,43 @@ pub fn parse_args<A: DeserializeOwned>(
         };
         ToolError::invalid_arguments(message, suggestion)
     })
+}
+
+/// True when `value` holds a float with no fractional part that an integer type could hold.
+fn has_integral_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => as_integer(n).is_some(),
+        Value::Array(items) => items.iter().any(has_integral_float),
+        Value::Object(map) => map.values().any(has_integral_float),
+        _ => false,
+    }
+}
+
+/// Rewrites every integral float of `value` as the integer it equals.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if let Some(integer) = as_integer(n) {
+                *value = integer;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
+}
+
+/// The integer a float such as `5.0` equals, when it is exactly one in i64 or u64 range.
+fn as_integer(n: &serde_json::Number) -> Option<Value> {
+    let f = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0)?;
+    // 2^63 and 2^64 are exact as floats; the ranges are half-open so the casts are exact.
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+        Some(Value::from(f as i64))
+    } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+        Some(Value::from(f as u64))
+    } else {
+        None
+    }
 }
 
 /// The field a serde message names, as in "missing field `amount`".
@@ -261,8 +312,8 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
     struct Args {
+        #[allow(dead_code)]
         customer: String,
         cents: u64,
     }
@@ -284,5 +335,18 @@ mod tests {
         }
         let err = parse(Value::Null).unwrap_err();
         assert!(err.message().contains("missing field"), "{err:?}");
+    }
+
+    #[test]
+    fn an_integral_float_is_an_integer() {
+        // Found by fuzzing: JSON Schema's `integer` takes `5.0`, and the call refused it.
+        let args = parse(json!({"customer": "acme", "cents": 5.0})).unwrap();
+        assert_eq!(args.cents, 5);
+        let args = parse(json!({"customer": "acme", "cents": 18446744073709549568.0})).unwrap();
+        assert_eq!(args.cents, 18446744073709549568);
+        for cents in [json!(5.5), json!(-1.0), json!(1e20), json!("5")] {
+            let err = parse(json!({"customer": "acme", "cents": cents})).unwrap_err();
+            assert!(err.message().contains("`cents`"), "{cents}: {err:?}");
+        }
     }
 }
