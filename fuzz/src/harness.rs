@@ -326,8 +326,9 @@ pub fn check_size(answer: &str, input_len: usize) {
     let bound = 4 * input_len + 16 * 1024;
     assert!(
         answer.len() <= bound,
-        "an answer of {} bytes for {input_len} bytes of input",
-        answer.len()
+        "an answer of {} bytes for {input_len} bytes of input: {}...",
+        answer.len(),
+        answer.chars().take(400).collect::<String>()
     );
 }
 

@@ -117,7 +117,7 @@ pub fn toolbox_call(bytes: &[u8], tally: &Tally) {
                 Ok(output) => output.value.to_string(),
                 Err(err) => err.to_json().to_string(),
             };
-            check_size(&answer, args.to_string().len());
+            check_size(&answer, name.len() + args.to_string().len());
             let info = &fx.tools.get(&name);
             if let (Ok(first), Some(info)) = (&result, info) {
                 if info.keyed() {
