@@ -107,9 +107,12 @@ fn judge(
 pub fn toolbox_call(bytes: &[u8], tally: &Tally) {
     Fixture::with(|fx| {
         let mut g = Gen::new(bytes, &fx.fields);
+        // A call may replay an earlier call's result: answers are bounded by all input so far.
+        let mut sent = 0;
         for _ in 0..g.range(1, 3) {
             let name = tool_name(&mut g, fx);
             let args = arguments(&mut g, fx, &name);
+            sent += name.len() + args.to_string().len();
             let (result, done) = fx.call(&name, args.clone());
             tally.answer(&result);
             judge(fx, &name, &args, &result, done);
@@ -117,12 +120,10 @@ pub fn toolbox_call(bytes: &[u8], tally: &Tally) {
                 Ok(output) => output.value.to_string(),
                 Err(err) => err.to_json().to_string(),
             };
-            check_size(&answer, name.len() + args.to_string().len());
-            let info = &fx.tools.get(&name);
-            if let (Ok(first), Some(info)) = (&result, info) {
-                if info.keyed() {
-                    check_retry(fx, &name, &as_call_args(&args), first);
-                }
+            check_size(&answer, sent);
+            let keyed = fx.tools.get(&name).is_some_and(|info| info.keyed());
+            if let (Ok(first), true) = (&result, keyed) {
+                check_retry(fx, &name, &as_call_args(&args), first);
             }
         }
     })
@@ -452,8 +453,11 @@ fn reply_text(provider: Provider, message: &Value, reply: &Value) -> (String, Op
 fn provider_call(bytes: &[u8], tally: &Tally, provider: Provider) {
     Fixture::with(|fx| {
         let mut g = Gen::new(bytes, &fx.fields);
+        // A call may replay an earlier call's result: answers are bounded by all input so far.
+        let mut sent = 0;
         for _ in 0..g.range(1, 3) {
             let message = provider_message(&mut g, fx, provider);
+            sent += message.to_string().len();
             let mut ctx = Fixture::context();
             if provider == Provider::Mcp {
                 let meta = mcp_meta(&mut g);
@@ -478,7 +482,7 @@ fn provider_call(bytes: &[u8], tally: &Tally, provider: Provider) {
                     Provider::Mcp => mcp::handle_tools_call(toolbox, &message, &ctx).await,
                 }
             });
-            check_size(&reply.to_string(), message.to_string().len());
+            check_size(&reply.to_string(), sent);
             let (text, flag) = reply_text(provider, &message, &reply);
             let parsed: Value = serde_json::from_str(&text)
                 .unwrap_or_else(|e| panic!("the model reads text that is not JSON ({e}): {text}"));
