@@ -261,7 +261,16 @@ pub struct KeyBuilder {
 impl KeyBuilder {
     /// `prefix` is the template's literal text before its first placeholder (the namespace);
     /// `specials` are the characters of the literal text after it, which values escape.
-    pub fn new(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
+    pub fn new(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, false)
+    }
+
+    /// As [`new`](Self::new), for `hash = true`: the key keeps only a hash of its values.
+    pub fn hashed(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, true)
+    }
+
+    fn start(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
         let mut buf = String::with_capacity(64);
         buf.push_str(prefix);
         KeyBuilder {
@@ -278,9 +287,14 @@ impl KeyBuilder {
         self.buf.push_str(text);
     }
 
-    /// The model-given value of parameter `field`.
-    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, fold_case: bool, field: &'static str) {
-        self.write(value, fold_case, field, false)
+    /// The model-given value of parameter `field`, its case kept.
+    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, false, field, false)
+    }
+
+    /// The model-given value of a `#[arg(key = "case_insensitive")]` parameter: lowercased.
+    pub fn part_case_insensitive<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, true, field, false)
     }
 
     /// The value of context field `field` (`ctx.run_id`), set by the caller.
@@ -346,10 +360,14 @@ mod tests {
     use super::*;
 
     fn build(fold: bool, customer: &str, period: &str) -> Result<IdempotencyKey, ToolError> {
-        let mut b = KeyBuilder::new("invoice:", ":", false);
-        b.part(customer, fold, "customer");
+        let mut b = KeyBuilder::new("invoice:", ":");
+        if fold {
+            b.part_case_insensitive(customer, "customer");
+        } else {
+            b.part(customer, "customer");
+        }
         b.literal(":");
-        b.part(period, false, "period");
+        b.part(period, "period");
         b.finish()
     }
 
@@ -382,10 +400,10 @@ mod tests {
     #[test]
     fn letters_of_the_literal_text_are_escaped_too() {
         let pair = |a: &str, b: &str| {
-            let mut k = KeyBuilder::new("pair:", "x", false);
-            k.part(a, false, "a");
+            let mut k = KeyBuilder::new("pair:", "x");
+            k.part(a, "a");
             k.literal("x");
-            k.part(b, false, "b");
+            k.part(b, "b");
             k.finish().unwrap()
         };
         assert_ne!(pair("1x2", "3"), pair("1", "2x3"));
@@ -403,7 +421,7 @@ mod tests {
         }
         // Surrounding white space, line breaks included, is trimmed first.
         assert!(build(false, "acme\n", "2026-10").is_ok());
-        let mut b = KeyBuilder::new("refund:", "", false);
+        let mut b = KeyBuilder::new("refund:", "");
         b.ctx_part("run\u{0}", "run_id");
         assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
     }
@@ -420,8 +438,8 @@ mod tests {
     #[test]
     fn a_value_cannot_forge_a_hashed_key() {
         let hashed = {
-            let mut b = KeyBuilder::new("invoice:", ":", true);
-            b.part("acme", false, "customer");
+            let mut b = KeyBuilder::hashed("invoice:", ":");
+            b.part("acme", "customer");
             b.finish().unwrap()
         };
         let forged = key(hashed.rest(), "");

@@ -237,3 +237,33 @@ impl<'de> serde::Deserialize<'de> for Ignored {
         serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
     }
 }
+
+/// The status companion of keyed tool `target`, named `name`: a read-only tool taking
+/// `input_schema` (the target's arguments, key fields required) and deriving the target's key
+/// with `key`. Its description is written here once, not in every expansion.
+pub fn status_companion(
+    target: &str,
+    name: &str,
+    input_schema: Value,
+    key: crate::tool::KeyFn,
+) -> StatusCompanion {
+    let description = format!(
+        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
+    );
+    let definition = ToolDefinition::new(name, description, input_schema, Story::ReadOnly)
+        .with_annotations(Annotations::for_story(Story::ReadOnly));
+    StatusCompanion::new(definition, key)
+}
+
+/// A `#[tool]` fn's future: it runs in a task of its own, so it must be `Send`.
+#[diagnostic::on_unimplemented(
+    message = "the future of this `#[tool]` fn is not `Send`",
+    label = "a tool's body runs in a task of its own, on any worker thread",
+    note = "do not hold a value that is not `Send` (an `Rc`, a `RefCell` borrow, a `std::sync::MutexGuard`) across an `.await`: drop it first, or use `Arc` and `tokio::sync::Mutex`"
+)]
+pub trait SendFuture {}
+
+impl<F: std::future::Future + Send> SendFuture for F {}
+
+/// Fails to compile, at the tool's fn, when its future is not `Send`.
+pub fn assert_send_future<F: SendFuture>(_future: F) {}
