@@ -73,9 +73,18 @@ impl Template {
     }
 
     fn key(&self, values: &[String]) -> String {
-        let mut k = KeyBuilder::new(leak(&self.prefix), self.specials(), self.hash);
+        let (prefix, specials) = (leak(&self.prefix), self.specials());
+        let mut k = if self.hash {
+            KeyBuilder::hashed(prefix, specials)
+        } else {
+            KeyBuilder::new(prefix, specials)
+        };
         for ((value, after), fold) in values.iter().zip(&self.after).zip(&self.fold) {
-            k.part(value.as_str(), *fold, "field");
+            if *fold {
+                k.part_case_insensitive(value.as_str(), "field");
+            } else {
+                k.part(value.as_str(), "field");
+            }
             k.literal(leak(after));
         }
         k.finish()

@@ -100,7 +100,7 @@ impl Fixture {
             .iter()
             .filter_map(|d| Some((d.status_tool()?, d.name())))
             .collect();
-        for definition in &definitions {
+        for definition in definitions {
             let schema = definition.input_schema().clone();
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
                 fields.extend(properties.keys().cloned());
@@ -176,7 +176,9 @@ impl Fixture {
 
     /// The context every call runs in.
     pub fn context() -> ToolContext {
-        ToolContext::new("run-fuzz").step(3).tenant("tenant-fuzz")
+        ToolContext::new("run-fuzz")
+            .with_step(3)
+            .with_tenant("tenant-fuzz")
     }
 
     /// Runs `fut` to its end and waits for every body it started; returns its answer and what it
@@ -313,7 +315,7 @@ pub fn check_error_json(json: &Value) {
 pub fn check_invalid(err: &ToolError, done: Effects, what: &str) {
     assert!(err.is(ErrorCode::InvalidArguments), "{what}: {err:?}");
     assert!(
-        err.suggestion_text().is_some_and(|s| !s.is_empty()),
+        err.suggestion().is_some_and(|s| !s.is_empty()),
         "{what}: INVALID_ARGUMENTS without a suggestion: {err:?}"
     );
     assert_eq!(done.writes, 0, "{what}: {err:?} after {done:?}");

@@ -65,7 +65,7 @@ async fn send_invoice(
     if amount < 0.0 {
         return Err(
             ToolError::new("NEGATIVE_AMOUNT", "an invoice cannot be negative")
-                .suggestion("issue a credit note instead"),
+                .with_suggestion("issue a credit note instead"),
         );
     }
     let n = ledger.record("send_invoice");

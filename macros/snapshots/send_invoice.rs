@@ -45,14 +45,12 @@ const _: () = {
         ::toolkey::__private::IdempotencyKey,
         ::toolkey::__private::ToolError,
     > {
-        let mut __k = ::toolkey::__private::KeyBuilder::new("invoice:", ":", false);
-        ::toolkey::__private::KeyBuilder::part::<
+        let mut __k = ::toolkey::__private::KeyBuilder::new("invoice:", ":");
+        ::toolkey::__private::KeyBuilder::part_case_insensitive::<
             String,
-        >(&mut __k, customer, true, "customer");
+        >(&mut __k, customer, "customer");
         __k.literal(":");
-        ::toolkey::__private::KeyBuilder::part::<
-            String,
-        >(&mut __k, period, false, "period");
+        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, period, "period");
         __k.finish()
     }
     #[derive(
@@ -69,6 +67,19 @@ const _: () = {
     static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
         ::toolkey::__private::schema_for::<__Fingerprint<'static>>,
     );
+    #[allow(dead_code, clippy::all)]
+    fn __future_is_send(
+        __p0: State<Billing>,
+        __p1: &ToolContext,
+        __p2: String,
+        __p3: String,
+        __p4: f64,
+        __p5: String,
+    ) {
+        ::toolkey::__private::assert_send_future(
+            send_invoice(__p0, __p1, __p2, __p3, __p4, __p5),
+        );
+    }
     #[automatically_derived]
     impl ::toolkey::__private::Tool for SendInvoice {
         fn definition(&self) -> ::toolkey::__private::ToolDefinition {
@@ -93,12 +104,11 @@ const _: () = {
                 .with_annotations(
                     ::toolkey::__private::Annotations::for_story(
                         ::toolkey::__private::Story::Idempotent,
-                        true,
                     ),
                 )
                 .with_settings(__settings)
                 .with_status_tool("invoice_status")
-                .needs(::toolkey::__private::StateNeed::of::<Billing>())
+                .with_need(::toolkey::__private::StateNeed::of::<Billing>())
         }
         fn prepare(
             &self,
@@ -178,21 +188,11 @@ const _: () = {
                 #[allow(dead_code)]
                 memo: ::core::option::Option<::toolkey::__private::Ignored>,
             }
-            let __definition = ::toolkey::__private::ToolDefinition::new(
-                    "invoice_status",
-                    "Read-only. Tells whether `send_invoice` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it when a `send_invoice` call timed out or its outcome is unclear, before calling `send_invoice` again.",
-                    ::toolkey::__private::schema_for::<__StatusArgs>(),
-                    ::toolkey::__private::Story::ReadOnly,
-                )
-                .with_annotations(
-                    ::toolkey::__private::Annotations::for_story(
-                        ::toolkey::__private::Story::ReadOnly,
-                        false,
-                    ),
-                );
             ::core::option::Option::Some(
-                ::toolkey::__private::StatusCompanion::new(
-                    __definition,
+                ::toolkey::__private::status_companion(
+                    "send_invoice",
+                    "invoice_status",
+                    ::toolkey::__private::schema_for::<__StatusArgs>(),
                     ::toolkey::__private::std::boxed::Box::new(|__args, __ctx| {
                         let __s: __StatusArgs = ::toolkey::__private::parse_args(
                             "invoice_status",

@@ -85,7 +85,7 @@ impl IdempotencyKey {
     /// [`STEP_MARK`], the step's name (`invoice:acme:2026-10>email`). No tool key holds an
     /// unescaped `>`, and step names hold none, so a step's key is never another tool's key, the
     /// parent's own key, or another step's.
-    pub(crate) fn step(&self, step: &str) -> IdempotencyKey {
+    pub(crate) fn step_key(&self, step: &str) -> IdempotencyKey {
         let mut text = String::with_capacity(self.text.len() + 1 + step.len());
         text.push_str(&self.text);
         text.push(STEP_MARK);
@@ -261,7 +261,16 @@ pub struct KeyBuilder {
 impl KeyBuilder {
     /// `prefix` is the template's literal text before its first placeholder (the namespace);
     /// `specials` are the characters of the literal text after it, which values escape.
-    pub fn new(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
+    pub fn new(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, false)
+    }
+
+    /// As [`new`](Self::new), for `hash = true`: the key keeps only a hash of its values.
+    pub fn hashed(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, true)
+    }
+
+    fn start(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
         let mut buf = String::with_capacity(64);
         buf.push_str(prefix);
         KeyBuilder {
@@ -278,9 +287,14 @@ impl KeyBuilder {
         self.buf.push_str(text);
     }
 
-    /// The model-given value of parameter `field`.
-    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, fold_case: bool, field: &'static str) {
-        self.write(value, fold_case, field, false)
+    /// The model-given value of parameter `field`, its case kept.
+    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, false, field, false)
+    }
+
+    /// The model-given value of a `#[arg(key = "case_insensitive")]` parameter: lowercased.
+    pub fn part_case_insensitive<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, true, field, false)
     }
 
     /// The value of context field `field` (`ctx.run_id`), set by the caller.
@@ -331,13 +345,13 @@ fn control_character(field: &str, from_ctx: bool) -> ToolError {
             ErrorCode::MissingContext,
             format!("the caller's `ctx.{field}` holds a control character, which cannot be part of an idempotency key"),
         )
-        .suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
+        .with_suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
     } else {
         ToolError::new(
             ErrorCode::InvalidArguments,
             format!("`{field}` holds a control character (such as NUL or a line break inside the text), which cannot be part of an idempotency key"),
         )
-        .suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
+        .with_suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
     }
 }
 
@@ -346,10 +360,14 @@ mod tests {
     use super::*;
 
     fn build(fold: bool, customer: &str, period: &str) -> Result<IdempotencyKey, ToolError> {
-        let mut b = KeyBuilder::new("invoice:", ":", false);
-        b.part(customer, fold, "customer");
+        let mut b = KeyBuilder::new("invoice:", ":");
+        if fold {
+            b.part_case_insensitive(customer, "customer");
+        } else {
+            b.part(customer, "customer");
+        }
         b.literal(":");
-        b.part(period, false, "period");
+        b.part(period, "period");
         b.finish()
     }
 
@@ -382,10 +400,10 @@ mod tests {
     #[test]
     fn letters_of_the_literal_text_are_escaped_too() {
         let pair = |a: &str, b: &str| {
-            let mut k = KeyBuilder::new("pair:", "x", false);
-            k.part(a, false, "a");
+            let mut k = KeyBuilder::new("pair:", "x");
+            k.part(a, "a");
             k.literal("x");
-            k.part(b, false, "b");
+            k.part(b, "b");
             k.finish().unwrap()
         };
         assert_ne!(pair("1x2", "3"), pair("1", "2x3"));
@@ -403,7 +421,7 @@ mod tests {
         }
         // Surrounding white space, line breaks included, is trimmed first.
         assert!(build(false, "acme\n", "2026-10").is_ok());
-        let mut b = KeyBuilder::new("refund:", "", false);
+        let mut b = KeyBuilder::new("refund:", "");
         b.ctx_part("run\u{0}", "run_id");
         assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
     }
@@ -420,8 +438,8 @@ mod tests {
     #[test]
     fn a_value_cannot_forge_a_hashed_key() {
         let hashed = {
-            let mut b = KeyBuilder::new("invoice:", ":", true);
-            b.part("acme", false, "customer");
+            let mut b = KeyBuilder::hashed("invoice:", ":");
+            b.part("acme", "customer");
             b.finish().unwrap()
         };
         let forged = key(hashed.rest(), "");
@@ -431,8 +449,11 @@ mod tests {
     #[test]
     fn steps_keep_the_parents_whole_key() {
         let parent = key("acme", "2026-10");
-        assert_eq!(parent.step("email").as_str(), "invoice:acme:2026-10>email");
+        assert_eq!(
+            parent.step_key("email").as_str(),
+            "invoice:acme:2026-10>email"
+        );
         // A value holding the step mark cannot make a tool key that looks like a step's.
-        assert_ne!(key("acme", "2026-10>email"), parent.step("email"));
+        assert_ne!(key("acme", "2026-10>email"), parent.step_key("email"));
     }
 }

@@ -4,11 +4,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use crate::fingerprint::FingerprintSchema;
+pub use crate::context::StateMap;
+pub use crate::fingerprint::{canonical_json, FingerprintSchema};
 pub use crate::key::KeyBuilder;
 pub use crate::tool::{
-    Annotations, Body, BoxFuture, Call, Invocation, Recover, Settings, StateNeed, StatusCompanion,
-    Story, ToolDefinition,
+    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
+    StatusCompanion, Story, ToolDefinition,
 };
 pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
 pub use ::core;
@@ -83,7 +84,7 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
             crate::ErrorCode::OutcomeUnknown,
             format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
         )
-        .suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
+        .with_suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
     })
 }
 
@@ -246,12 +247,12 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
 
 /// `ctx.step` for key templates.
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    Ok(ctx.step_number())
+    Ok(ctx.step())
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.
 pub fn ctx_tenant(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.tenant_id().ok_or_else(|| missing("tenant"))
+    ctx.tenant().ok_or_else(|| missing("tenant"))
 }
 
 /// `ctx.event_id` for key templates: required when the template names it.
@@ -264,7 +265,7 @@ fn missing(field: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
     )
-    .suggestion(
+    .with_suggestion(
         "this is a defect in the agent runtime, not in the arguments: report it; do not retry",
     )
 }
@@ -305,6 +306,36 @@ impl<'de> serde::Deserialize<'de> for Ignored {
     }
 }
 
+/// The status companion of keyed tool `target`, named `name`: a read-only tool taking
+/// `input_schema` (the target's arguments, key fields required) and deriving the target's key
+/// with `key`. Its description is written here once, not in every expansion.
+pub fn status_companion(
+    target: &str,
+    name: &str,
+    input_schema: Value,
+    key: crate::tool::KeyFn,
+) -> StatusCompanion {
+    let description = format!(
+        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
+    );
+    let definition = ToolDefinition::new(name, description, input_schema, Story::ReadOnly)
+        .with_annotations(Annotations::for_story(Story::ReadOnly));
+    StatusCompanion::new(definition, key)
+}
+
+/// A `#[tool]` fn's future: it runs in a task of its own, so it must be `Send`.
+#[diagnostic::on_unimplemented(
+    message = "the future of this `#[tool]` fn is not `Send`",
+    label = "a tool's body runs in a task of its own, on any worker thread",
+    note = "do not hold a value that is not `Send` (an `Rc`, a `RefCell` borrow, a `std::sync::MutexGuard`) across an `.await`: drop it first, or use `Arc` and `tokio::sync::Mutex`"
+)]
+pub trait SendFuture {}
+
+impl<F: std::future::Future + Send> SendFuture for F {}
+
+/// Fails to compile, at the tool's fn, when its future is not `Send`.
+pub fn assert_send_future<F: SendFuture>(_future: F) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,7 +362,7 @@ mod tests {
             let err = parse(args.clone()).unwrap_err();
             assert!(err.is(ErrorCode::InvalidArguments), "{args}: {err:?}");
             assert!(err.message().contains("must be a JSON object"), "{err:?}");
-            assert!(err.suggestion_text().is_some());
+            assert!(err.suggestion().is_some());
         }
         let err = parse(Value::Null).unwrap_err();
         assert!(err.message().contains("missing field"), "{err:?}");

@@ -41,6 +41,7 @@ impl Story {
 
 /// Hints for clients, as MCP names them, derived from the story.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Annotations {
     /// The tool changes nothing.
     pub read_only: bool,
@@ -53,8 +54,10 @@ pub struct Annotations {
 }
 
 impl Annotations {
-    /// The annotations a story implies; `destructive` matters for `idempotent` tools only.
-    pub const fn for_story(story: Story, destructive: bool) -> Annotations {
+    /// The annotations a story implies. An `idempotent` tool counts as destructive unless it
+    /// says otherwise with [`not_destructive`](Self::not_destructive).
+    pub const fn for_story(story: Story) -> Annotations {
+        let destructive = true;
         match story {
             Story::ReadOnly => Annotations {
                 read_only: true,
@@ -84,8 +87,18 @@ impl Annotations {
     }
 }
 
+impl Annotations {
+    /// The same annotations, saying the tool destroys and overwrites nothing
+    /// (`idempotent(destructive = false)`).
+    pub const fn not_destructive(mut self) -> Annotations {
+        self.destructive = false;
+        self
+    }
+}
+
 /// How a keyed tool runs: defaults from DESIGN (lease 30 s, retention 7 days, no timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Settings {
     /// How long the caller waits before TIMEOUT (the body goes on). `None`: until it ends.
     pub timeout: Option<Duration>,
@@ -155,7 +168,7 @@ impl ToolDefinition {
             input_schema,
             output_schema: None,
             story,
-            annotations: Annotations::for_story(story, true),
+            annotations: Annotations::for_story(story),
             settings: Settings::default(),
             status_tool: None,
             needs: Vec::new(),
@@ -193,7 +206,7 @@ impl ToolDefinition {
     }
 
     /// Declares that the tool needs `State<T>` from the toolbox.
-    pub fn needs(mut self, need: StateNeed) -> Self {
+    pub fn with_need(mut self, need: StateNeed) -> Self {
         self.needs.push(need);
         self
     }
@@ -343,9 +356,12 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Validates the arguments and prepares the call: its key and fingerprint (for keyed tools)
     /// and its body. Invalid arguments are `INVALID_ARGUMENTS`, and nothing is recorded.
+    /// Written by `#[tool]`.
+    #[doc(hidden)]
     fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError>;
 
-    /// The status companion, for keyed tools that have one.
+    /// The status companion, for keyed tools that have one. Written by `#[tool]`.
+    #[doc(hidden)]
     fn status_companion(&self) -> Option<StatusCompanion> {
         None
     }

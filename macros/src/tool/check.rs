@@ -3,9 +3,8 @@
 use proc_macro2::Span;
 use syn::Type;
 
-use super::attr::StoryKind;
 use super::ctxt::{did_you_mean, Ctxt};
-use super::key::{Piece, CTX_FIELDS};
+use super::key::{Piece, Template, CTX_FIELDS};
 use super::model::{last_segment, ParamKind, Tool};
 
 /// The longest literal namespace: with a 64-hex hash after it, a key stays within 255 bytes.
@@ -19,13 +18,15 @@ pub fn check(cx: &Ctxt, tool: &Tool) {
     if let Some(output) = &tool.output {
         check_result(cx, output);
     }
-    if let Some(keyed) = &tool.keyed {
-        check_template(cx, tool);
+    if let Some(keyed) = tool.keyed() {
+        if let Some(template) = &keyed.template {
+            check_template(cx, tool, template);
+        }
         if let Some((status, span)) = &keyed.status {
             check_name(cx, status, *span, "status tool name");
-            if keyed.template.uses_ctx("step") {
+            if let Some(template) = keyed.template.as_ref().filter(|t| t.uses_ctx("step")) {
                 cx.error_spanned_by(
-                    &keyed.template.lit,
+                    &template.lit,
                     "a status companion cannot find a key that uses `<ctx.step>`: the step of the call it asks about is not the step it runs in; key on business fields, or turn the companion off with `status = false`",
                 );
             }
@@ -93,9 +94,10 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
         cx.error_spanned_by(&tool.func.sig.inputs, "take `&ToolContext` once");
     }
     let key_fields: Vec<&str> = tool
-        .keyed
-        .iter()
-        .flat_map(|k| k.template.params())
+        .keyed()
+        .and_then(|k| k.template.as_ref())
+        .into_iter()
+        .flat_map(|t| t.params())
         .collect();
     for param in tool.model_params() {
         let is_key = key_fields.iter().any(|f| param.ident == f);
@@ -118,7 +120,7 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
 }
 
 fn check_settings(cx: &Ctxt, tool: &Tool) {
-    if tool.story != StoryKind::Idempotent {
+    if tool.keyed().is_none() {
         for (setting, span) in [
             ("lease", tool.lease.as_ref().map(|l| l.span)),
             ("retain", tool.retain.as_ref().map(|r| r.span)),
@@ -130,13 +132,8 @@ fn check_settings(cx: &Ctxt, tool: &Tool) {
     }
 }
 
-fn check_template(cx: &Ctxt, tool: &Tool) {
-    let keyed = tool.keyed.as_ref().expect("checked by caller");
-    let template = &keyed.template;
+fn check_template(cx: &Ctxt, tool: &Tool, template: &Template) {
     let lit = &template.lit;
-    if lit.value().is_empty() {
-        return; // already reported: `idempotent` without `key`
-    }
     let prefix = template.prefix();
     if prefix.is_empty() || !prefix.chars().any(char::is_alphanumeric) {
         cx.error_spanned_by(lit, "a key template starts with a literal namespace that names the action, as in `\"invoice:<customer>:<period>\"`");

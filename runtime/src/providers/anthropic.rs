@@ -1,16 +1,16 @@
 //! Anthropic: `tool_use` content blocks in, `tool_result` blocks out.
 //!
 //! ```no_run
-//! # async fn turn(toolbox: toolkey_runtime::Toolbox, response: serde_json::Value) {
+//! # async fn turn(toolbox: toolkey::Toolbox, response: serde_json::Value) {
 //! use serde_json::json;
-//! use toolkey_runtime::providers::anthropic;
-//! use toolkey_runtime::ToolContext;
+//! use toolkey::providers::anthropic;
+//! use toolkey::ToolContext;
 //!
 //! // Every `tool_use` block of the assistant's message is answered in one user message.
 //! let mut results = Vec::new();
 //! let blocks = response["content"].as_array().into_iter().flatten();
 //! for (step, block) in blocks.filter(|b| b["type"] == "tool_use").enumerate() {
-//!     let ctx = ToolContext::new("run-7").step(step as u64);
+//!     let ctx = ToolContext::new("run-7").with_step(step as u64);
 //!     results.push(anthropic::handle_tool_use(&toolbox, block, &ctx).await);
 //! }
 //! let reply = json!({"role": "user", "content": results});

@@ -19,7 +19,7 @@
 //!  "_meta": {"toolkey/run_id": "run-7", "toolkey/step": 4, "toolkey/event_id": "evt-81"}}
 //! ```
 //!
-//! The tenant is the server's ([`McpServer::tenant`]), never the client's: records are kept per
+//! The tenant is the server's ([`McpServer::with_tenant`]), never the client's: records are kept per
 //! tenant, and a tenant a client could name would let it read another's.
 
 // `McpServer` exists with feature `mcp` only; the docs name it either way.
@@ -88,11 +88,11 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
 ///
 /// ```
 /// use serde_json::json;
-/// use toolkey_runtime::providers::mcp::context_from_meta;
+/// use toolkey::providers::mcp::context_from_meta;
 ///
 /// let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 4});
 /// let ctx = context_from_meta(meta.as_object(), "mcp-session").unwrap();
-/// assert_eq!((ctx.run_id(), ctx.step_number()), ("run-7", 4));
+/// assert_eq!((ctx.run_id(), ctx.step()), ("run-7", 4));
 /// let ctx = context_from_meta(None, "mcp-session").unwrap();
 /// assert_eq!(ctx.run_id(), "mcp-session");
 /// ```
@@ -112,14 +112,14 @@ pub fn context_from_meta(
     match meta.get(META_STEP) {
         None | Some(Value::Null) => {}
         Some(step) => {
-            ctx = ctx.step(
+            ctx = ctx.with_step(
                 step.as_u64()
                     .ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?,
             )
         }
     }
     if let Some(event) = text(META_EVENT_ID)? {
-        ctx = ctx.event(event);
+        ctx = ctx.with_event(event);
     }
     Ok(ctx)
 }
@@ -129,7 +129,9 @@ fn bad_meta(key: &str, expected: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("the request's `_meta.{key}` must be {expected}"),
     )
-    .suggestion("this is a defect in the MCP client, not in the arguments: report it; do not retry")
+    .with_suggestion(
+        "this is a defect in the MCP client, not in the arguments: report it; do not retry",
+    )
 }
 
 #[cfg(test)]
@@ -172,7 +174,7 @@ mod tests {
         let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 4, "toolkey/event_id": "evt-1", "progressToken": 1});
         let ctx = context_from_meta(meta.as_object(), "session").unwrap();
         assert_eq!(
-            (ctx.run_id(), ctx.step_number(), ctx.event_id()),
+            (ctx.run_id(), ctx.step(), ctx.event_id()),
             ("run-7", 4, Some("evt-1"))
         );
         let bad = json!({"toolkey/step": "four"});

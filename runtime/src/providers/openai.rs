@@ -1,14 +1,14 @@
 //! OpenAI: Chat Completions `tool_calls` and Responses `function_call` items.
 //!
 //! ```no_run
-//! # async fn turn(toolbox: toolkey_runtime::Toolbox, assistant: serde_json::Value) {
-//! use toolkey_runtime::providers::openai;
-//! use toolkey_runtime::ToolContext;
+//! # async fn turn(toolbox: toolkey::Toolbox, assistant: serde_json::Value) {
+//! use toolkey::providers::openai;
+//! use toolkey::ToolContext;
 //!
 //! // `assistant` is `choices[0].message` of a Chat Completions response.
 //! let mut messages = vec![assistant.clone()];
 //! for (step, call) in assistant["tool_calls"].as_array().into_iter().flatten().enumerate() {
-//!     let ctx = ToolContext::new("run-7").step(step as u64);
+//!     let ctx = ToolContext::new("run-7").with_step(step as u64);
 //!     messages.push(openai::handle_tool_call(&toolbox, call, &ctx).await);
 //! }
 //! # }

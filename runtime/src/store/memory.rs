@@ -33,7 +33,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolkey_runtime::store::{Clock, ManualClock};
+/// use toolkey::store::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new();
 /// let t0 = clock.now();
@@ -82,7 +82,7 @@ impl<C: Clock> Clock for Arc<C> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolkey_runtime::store::{ManualClock, MemoryStore};
+/// use toolkey::store::{ManualClock, MemoryStore};
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryStore::with_clock(clock.clone());

@@ -180,6 +180,10 @@ pub enum StoreError {
     /// token the caller never learned, until its lease lapses).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store is configured wrongly: a bad table name or connection URL, or records written
+    /// by a newer toolkey. Retrying does not help; a person must fix the configuration.
+    #[error("store misconfigured: {0}")]
+    Config(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
     /// Its message names the key by a short hash, since keys carry argument values.
     #[error("corrupt record (key hash {}) of tenant {tenant:?}: {detail}", crate::key::log_hash(.key))]

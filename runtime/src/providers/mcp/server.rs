@@ -23,12 +23,12 @@ use crate::Toolbox;
 /// [module docs](super#run-ids) for where the run id of a call comes from.
 ///
 /// ```no_run
-/// use toolkey_runtime::providers::mcp::McpServer;
-/// use toolkey_runtime::Toolbox;
+/// use toolkey::providers::mcp::McpServer;
+/// use toolkey::Toolbox;
 ///
 /// # async fn serve() -> std::io::Result<()> {
 /// let toolbox = Toolbox::builder().build().expect("valid toolbox");
-/// McpServer::new(toolbox).tenant("acme-corp").serve_stdio().await
+/// McpServer::new(toolbox).with_tenant("acme-corp").serve_stdio().await
 /// # }
 /// ```
 pub struct McpServer {
@@ -52,19 +52,19 @@ impl McpServer {
     }
 
     /// The tenant every call runs for (`ctx.tenant`); none when not set.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
 
     /// The name and version the server gives clients at `initialize`.
-    pub fn server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+    pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.info = Implementation::new(name, version);
         self
     }
 
     /// Instructions for the model, sent to clients at `initialize`.
-    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
         self.instructions = Some(instructions.into());
         self
     }
@@ -150,7 +150,7 @@ impl ServerHandler for McpServer {
         let reply = match context_from_meta(Some(meta), &run_id) {
             Ok(ctx) => {
                 let ctx = match &self.tenant {
-                    Some(tenant) => ctx.tenant(tenant.clone()),
+                    Some(tenant) => ctx.with_tenant(tenant.clone()),
                     None => ctx,
                 };
                 let params =
