@@ -194,7 +194,7 @@ impl<'a> Gen<'a> {
         let mut out = String::new();
         for _ in 0..self.range(0, 5) {
             match self.range(0, 9) {
-                0..=5 => out.push_str(*self.pick(PIECES)),
+                0..=5 => out.push_str(self.pick::<&str>(PIECES)),
                 6 | 7 => {
                     let c = self.u.arbitrary::<char>().unwrap_or('a');
                     out.push(c);

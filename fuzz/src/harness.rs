@@ -61,7 +61,7 @@ impl ToolInfo {
 }
 
 /// The toolbox, its store and its outside system, for one thread. Every input starts with
-/// [`Fixture::reset`].
+/// [`Fixture::with`], which empties it.
 pub struct Fixture {
     /// The store under the toolbox, counting writes.
     pub store: Arc<CountingStore>,

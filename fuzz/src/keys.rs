@@ -91,7 +91,7 @@ fn part(g: &mut Gen) -> String {
     ];
     let mut out = String::new();
     for _ in 0..g.range(0, 5) {
-        out.push_str(*g.pick(ALPHABET));
+        out.push_str(g.pick::<&str>(ALPHABET));
     }
     if g.chance(1, 16) {
         // Long enough to be hashed.

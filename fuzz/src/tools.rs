@@ -146,6 +146,7 @@ pub struct Address {
 
 /// Ships an order's lines from one warehouse.
 #[tool(idempotent(key = "ship:<order>/<warehouse>"))]
+#[allow(clippy::too_many_arguments)]
 async fn ship_order(
     ledger: State<Ledger>,
     /// Order ID, case-sensitive.
