@@ -86,7 +86,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
     if let Value::Object(root) = &mut schema {
-        root.remove("title");
+        root.shift_remove("title");
     }
     crate::export::close_objects(&mut schema);
     schema
