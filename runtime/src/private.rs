@@ -165,9 +165,10 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
     Ok(ctx.run_id())
 }
 
-/// `ctx.step` for key templates.
+/// `ctx.step` for key templates: required when the template names it (a default step would
+/// give every call of a run one key).
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    Ok(ctx.step_number())
+    ctx.step_number().ok_or_else(|| missing("step"))
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.
