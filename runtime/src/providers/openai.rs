@@ -66,6 +66,11 @@ pub async fn handle_tool_calls(
 /// `items` is the run's `input` list from its start with the latest response's `output` items
 /// appended. Each call runs with `ctx` and its step: its position among every `function_call`
 /// item of the list, so handing the same list over again replays what ran.
+///
+/// With `previous_response_id` the API keeps the conversation and a request carries only the
+/// new items; the list the program sends is then not the run's log, and its calls would be
+/// numbered from 0 every turn. Keep the run's items (every `output` item and every
+/// `function_call_output`) in a list of your own and hand that list over.
 pub async fn handle_function_calls(
     toolbox: &Toolbox,
     items: &[Value],
