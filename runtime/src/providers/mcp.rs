@@ -54,7 +54,7 @@ pub use server::McpServer;
 use serde_json::{json, Map, Value};
 
 use super::{run, str_field, REPLAY_NOTE};
-use crate::{ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
+use crate::{texts, ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// The `_meta` key of a request that names the run id (a string).
 pub const META_RUN_ID: &str = "toolkey/run_id";
@@ -93,11 +93,7 @@ impl ClientRunIds {
     fn scope(&self, named: &str, key: &str, session_run_id: &str) -> Result<String, ToolError> {
         let (kind, scope) = match self {
             ClientRunIds::Refused => {
-                return Err(ToolError::new(
-                    RUN_ID_NOT_ACCEPTED,
-                    format!("this server does not accept client run ids: the request names `_meta.{key}`"),
-                )
-                .suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is"))
+                return Err(texts::client_run_id_refused(RUN_ID_NOT_ACCEPTED, key))
             }
             ClientRunIds::Session => ("mcp-session", session_run_id),
             ClientRunIds::Principal(principal) => ("mcp-principal", principal.as_str()),

@@ -51,6 +51,7 @@ pub mod openai;
 use serde_json::{json, Map, Value};
 
 use crate::export::openai::drop_optional_nulls;
+pub(crate) use crate::texts::REPLAY_NOTE;
 use crate::{ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// Runs one call as a provider sent it: the tool's name, and its arguments as the provider
@@ -111,9 +112,6 @@ fn kind(value: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
-
-/// What a replay's text says to the model, beside the earlier call's result.
-pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
 
 /// The text the model reads: the result as JSON (wrapped with a note when it is a replay, see
 /// [Replays](self#replays)), or the error's JSON form; and whether it is an error.
