@@ -1,6 +1,6 @@
 //! What keys, fingerprints and the store cost on the call path, as ratios to a direct call.
 //!
-//! `cargo bench --bench call`
+//! `cargo bench -p toolkey-tests --bench call`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -4,3 +4,9 @@
 
 pub use toolkey_macros::{tool, KeyPart};
 pub use toolkey_runtime::*;
+
+// Every Rust block of README.md compiles and runs as a doctest, so the README cannot drift from
+// the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

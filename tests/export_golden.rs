@@ -1,7 +1,8 @@
 //! Golden files of every export of the catalog tools: what each provider receives, reviewed as
-//! a diff whenever it changes. Regenerate with `TOOLKEY_BLESS=1 cargo test --test export_golden`
-//! and read the diff before committing it. And the order of properties: the order the
-//! parameters are declared in, in every export.
+//! a diff whenever it changes. Regenerate with
+//! `TOOLKEY_BLESS=1 cargo test -p toolkey-tests --test export_golden` and read the diff before
+//! committing it. And the order of properties: the order the parameters are declared in, in
+//! every export.
 
 mod catalog;
 mod common;
@@ -21,7 +22,7 @@ fn check(profile: &str, export: impl Fn(&ToolDefinition) -> Value) {
         .collect();
     let actual = serde_json::to_string_pretty(&Value::Array(tools)).unwrap() + "\n";
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
+        .join("golden")
         .join(format!("{profile}.json"));
     if std::env::var_os("TOOLKEY_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -44,7 +45,7 @@ fn check(profile: &str, export: impl Fn(&ToolDefinition) -> Value) {
             .expect("the texts differ somewhere");
         panic!(
             "the {profile} export differs from {} at line {}:\n  golden: {want}\n  now:    {got}\n\
-             if the change is intended, run TOOLKEY_BLESS=1 cargo test --test export_golden and review the diff",
+             if the change is intended, run TOOLKEY_BLESS=1 cargo test -p toolkey-tests --test export_golden and review the diff",
             path.display(),
             line + 1
         );

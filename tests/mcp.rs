@@ -36,9 +36,11 @@ fn server_binary() -> PathBuf {
     .collect();
     let mut cargo = Command::new(env!("CARGO"));
     cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .args([
             "build",
+            "-p",
+            "toolkey",
             "--example",
             "mcp_server",
             "--message-format=json",
