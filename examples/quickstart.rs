@@ -42,7 +42,11 @@ async fn send_invoice(
 ) -> Result<Invoice, ToolError> {
     let number = billing.sent.fetch_add(1, Ordering::SeqCst) + 1;
     let _ = month;
-    Ok(Invoice { number, customer, cents })
+    Ok(Invoice {
+        number,
+        customer,
+        cents,
+    })
 }
 
 #[tokio::main]
