@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let ctx = ToolContext::new("bench").tenant("acme");
+    let ctx = ToolContext::new("bench").with_tenant("acme");
     let ledger = Arc::new(Ledger::default());
     let mut group = c.benchmark_group("call");
 

@@ -15,7 +15,7 @@ use toolkey::store::{
 use toolkey::{tool, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox};
 
 fn ctx() -> ToolContext {
-    ToolContext::new("run-1").tenant("acme-corp")
+    ToolContext::new("run-1").with_tenant("acme-corp")
 }
 
 /// The outside world: every effect, named.
@@ -156,7 +156,7 @@ async fn pay(
         .await?;
     ctx.once("receipt", async {
         if out.fail_receipt_once.swap(false, Ordering::SeqCst) {
-            return Err(ToolError::new("MAIL_DOWN", "mail server down").retryable(true));
+            return Err(ToolError::new("MAIL_DOWN", "mail server down").with_retryable(true));
         }
         out.act("receipt");
         Ok(())

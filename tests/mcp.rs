@@ -285,7 +285,7 @@ impl Sessions {
     }
 
     async fn client(&self, policy: ClientRunIds) -> Client {
-        connect(McpServer::new(self.toolbox.clone()).client_run_ids(policy)).await
+        connect(McpServer::new(self.toolbox.clone()).with_client_run_ids(policy)).await
     }
 }
 

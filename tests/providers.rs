@@ -550,7 +550,7 @@ async fn a_step_key_without_a_step_is_refused_before_anything_runs() {
             "{error}"
         );
     }
-    let reply = openai::handle_tool_call(&toolbox, &call, &run_ctx().step(0)).await;
+    let reply = openai::handle_tool_call(&toolbox, &call, &run_ctx().with_step(0)).await;
     assert_eq!(parsed(&reply["content"])["id"], "re_1");
     assert_eq!(refunds.count(), 1);
 }

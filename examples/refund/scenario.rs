@@ -134,8 +134,8 @@ impl RetryingClient {
 
 fn reply_lost() -> ToolError {
     ToolError::new("REFUND_API_UNREACHABLE", "the refund API did not answer")
-        .retryable(true)
-        .suggestion("retry in a moment")
+        .with_retryable(true)
+        .with_suggestion("retry in a moment")
 }
 
 /// Refund an order, keyed by the agent run and step, forwarding the key to the API.
@@ -254,7 +254,7 @@ pub async fn run(
         })
         .tool(RefundOrder)
         .build()?;
-    let ctx = ToolContext::new("run-42").step(3);
+    let ctx = ToolContext::new("run-42").with_step(3);
     let first = toolbox
         .call(
             "refund_order",
@@ -294,7 +294,7 @@ pub async fn run(
         })
         .tool(RefundOrder)
         .build()?;
-    let ctx = ToolContext::new("run-43").step(1);
+    let ctx = ToolContext::new("run-43").with_step(1);
     let args = json!({"order": "order-2", "cents": 2500});
     let (a, b) = tokio::join!(
         toolbox.call("refund_order", args.clone(), &ctx),

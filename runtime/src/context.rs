@@ -20,13 +20,13 @@ use crate::{ErrorCode, IdempotencyKey, ToolError};
 /// another's.
 ///
 /// ```
-/// use toolkey_runtime::ToolContext;
+/// use toolkey::ToolContext;
 ///
-/// let ctx = ToolContext::new("run-7").step(4).tenant("acme-corp");
+/// let ctx = ToolContext::new("run-7").with_step(4).with_tenant("acme-corp");
 /// assert_eq!(ctx.run_id(), "run-7");
-/// assert_eq!(ctx.step_number(), Some(4));
-/// assert_eq!(ctx.tenant_id(), Some("acme-corp"));
-/// assert_eq!(ToolContext::new("run-7").step_number(), None);
+/// assert_eq!(ctx.step(), Some(4));
+/// assert_eq!(ctx.tenant(), Some("acme-corp"));
+/// assert_eq!(ToolContext::new("run-7").step(), None);
 /// ```
 ///
 /// # Steps
@@ -61,20 +61,20 @@ impl ToolContext {
 
     /// The step of the run this call is: its position in the run's log, unique within the run
     /// and stable across a restart (see [Steps](Self#steps)).
-    pub fn step(mut self, step: u64) -> Self {
+    pub fn with_step(mut self, step: u64) -> Self {
         self.step = Some(step);
         self
     }
 
     /// The tenant the call acts for; records are kept per tenant.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(Arc::from(tenant.into()));
         self
     }
 
     /// The id of the event (webhook, message) that caused this call, for keys that use
     /// `<ctx.event_id>`.
-    pub fn event(mut self, event_id: impl Into<String>) -> Self {
+    pub fn with_event(mut self, event_id: impl Into<String>) -> Self {
         self.event_id = Some(Arc::from(event_id.into()));
         self
     }
@@ -85,12 +85,12 @@ impl ToolContext {
     }
 
     /// The step, if set.
-    pub fn step_number(&self) -> Option<u64> {
+    pub fn step(&self) -> Option<u64> {
         self.step
     }
 
     /// The tenant, if set.
-    pub fn tenant_id(&self) -> Option<&str> {
+    pub fn tenant(&self) -> Option<&str> {
         self.tenant.as_deref()
     }
 
@@ -179,7 +179,7 @@ impl fmt::Debug for ToolContext {
 /// every tool parameter typed `State<T>`. Never part of a schema.
 ///
 /// ```
-/// use toolkey_runtime::State;
+/// use toolkey::State;
 ///
 /// struct Billing { currency: &'static str }
 /// fn uses(billing: State<Billing>) -> &'static str { billing.currency }

@@ -10,7 +10,7 @@ pub(crate) fn step_conflict(step: &str) -> ToolError {
         ErrorCode::Conflict,
         format!("step `{step}` of this key already ran for a call with different arguments; this call would be a second, different action under the same key"),
     )
-    .suggestion("ask the user before changing or adding to what was done; to finish the earlier action, call again with its arguments")
+    .with_suggestion("ask the user before changing or adding to what was done; to finish the earlier action, call again with its arguments")
 }
 
 /// A step of this key is running in another call.
@@ -19,7 +19,9 @@ pub(crate) fn step_in_progress(step: &str) -> ToolError {
         ErrorCode::InProgress,
         format!("step `{step}` of this call is running in another call"),
     )
-    .suggestion("wait, then call again with the same arguments: finished steps are not done again")
+    .with_suggestion(
+        "wait, then call again with the same arguments: finished steps are not done again",
+    )
 }
 
 /// A step started earlier and never recorded its outcome, and nothing has looked it up.
@@ -39,5 +41,5 @@ pub(crate) fn client_run_id_refused(code: &'static str, key: &str) -> ToolError 
         code,
         format!("this server does not accept client run ids: the request names `_meta.{key}`"),
     )
-    .suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
+    .with_suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
 }

@@ -41,7 +41,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({
     ///     "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -16,7 +16,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
     /// let def = ToolDefinition::new("forecast", "The weather ahead.", schema, Story::ReadOnly);

@@ -5,10 +5,10 @@
 //! (see [Steps](super#steps)).
 //!
 //! ```no_run
-//! # async fn turn(toolbox: toolkey_runtime::Toolbox, messages: &mut Vec<serde_json::Value>, response: serde_json::Value) {
+//! # async fn turn(toolbox: toolkey::Toolbox, messages: &mut Vec<serde_json::Value>, response: serde_json::Value) {
 //! use serde_json::json;
-//! use toolkey_runtime::providers::anthropic;
-//! use toolkey_runtime::ToolContext;
+//! use toolkey::providers::anthropic;
+//! use toolkey::ToolContext;
 //!
 //! // `messages` is the run's conversation from its start; the response joins it.
 //! messages.push(json!({"role": "assistant", "content": response["content"]}));
@@ -53,7 +53,7 @@ pub async fn handle_tool_uses(
     });
     let mut results = Vec::new();
     for (step, block) in unanswered(entries) {
-        results.push(handle_tool_use(toolbox, block, &ctx.clone().step(step)).await);
+        results.push(handle_tool_use(toolbox, block, &ctx.clone().with_step(step)).await);
     }
     results
 }

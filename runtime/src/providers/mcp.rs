@@ -19,7 +19,7 @@
 //! `RUN_ID_NOT_ACCEPTED` and nothing runs. Were it trusted, a client naming another client's
 //! run would be answered with that client's results, and its own action would never happen. A
 //! server whose clients have their own notion of a run (an agent runtime that resumes runs
-//! across connections) opts in with [`McpServer::client_run_ids`], and what a client names is
+//! across connections) opts in with [`McpServer::with_client_run_ids`], and what a client names is
 //! then scoped to that client ([`ClientRunIds`]): to its session, or to a principal the server
 //! sets for it. The run id the tools see carries the scope
 //! (`mcp-principal:<length of the principal>:<principal>:<run id>`), so two clients naming the
@@ -39,7 +39,7 @@
 //! count as the next step, and a retried refund would be a second refund. A step is always
 //! within the call's run, so naming one reaches no other client's records.
 //!
-//! The tenant is the server's ([`McpServer::tenant`]), never the client's: records are kept per
+//! The tenant is the server's ([`McpServer::with_tenant`]), never the client's: records are kept per
 //! tenant, and a tenant a client could name would let it read another's.
 
 // `McpServer` exists with feature `mcp` only; the docs name it either way.
@@ -151,11 +151,11 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
 ///
 /// ```
 /// use serde_json::json;
-/// use toolkey_runtime::providers::mcp::{context_from_meta, ClientRunIds};
+/// use toolkey::providers::mcp::{context_from_meta, ClientRunIds};
 ///
 /// let meta = json!({"toolkey/step": 4});
 /// let ctx = context_from_meta(meta.as_object(), "mcp-session", &ClientRunIds::Refused).unwrap();
-/// assert_eq!((ctx.run_id(), ctx.step_number()), ("mcp-session", Some(4)));
+/// assert_eq!((ctx.run_id(), ctx.step()), ("mcp-session", Some(4)));
 ///
 /// let meta = json!({"toolkey/run_id": "run-7"});
 /// let refused = context_from_meta(meta.as_object(), "mcp-session", &ClientRunIds::Refused);
@@ -186,14 +186,14 @@ pub fn context_from_meta(
     match meta.get(META_STEP) {
         None | Some(Value::Null) => {}
         Some(step) => {
-            ctx = ctx.step(
+            ctx = ctx.with_step(
                 step.as_u64()
                     .ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?,
             )
         }
     }
     if let Some(event) = scoped(META_EVENT_ID)? {
-        ctx = ctx.event(event);
+        ctx = ctx.with_event(event);
     }
     Ok(ctx)
 }
@@ -203,7 +203,9 @@ fn bad_meta(key: &str, expected: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("the request's `_meta.{key}` must be {expected}"),
     )
-    .suggestion("this is a defect in the MCP client, not in the arguments: report it; do not retry")
+    .with_suggestion(
+        "this is a defect in the MCP client, not in the arguments: report it; do not retry",
+    )
 }
 
 #[cfg(test)]
@@ -255,7 +257,7 @@ mod tests {
 
         let ctx = context_from_meta(meta.as_object(), "mcp-1", &ClientRunIds::Session).unwrap();
         assert_eq!(
-            (ctx.run_id(), ctx.step_number(), ctx.event_id()),
+            (ctx.run_id(), ctx.step(), ctx.event_id()),
             (
                 "mcp-session:5:mcp-1:run-7",
                 Some(4),
@@ -276,7 +278,7 @@ mod tests {
         assert_eq!(scoped("alice", "run-7"), scoped("alice", "run-7"));
 
         let none = context_from_meta(None, "session", &ClientRunIds::Refused).unwrap();
-        assert_eq!((none.run_id(), none.step_number()), ("session", None));
+        assert_eq!((none.run_id(), none.step()), ("session", None));
         let bad = json!({"toolkey/step": "four"});
         assert!(context_from_meta(bad.as_object(), "session", &ClientRunIds::Refused).is_err());
         let bad = json!({"toolkey/run_id": 7});

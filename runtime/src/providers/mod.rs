@@ -177,7 +177,7 @@ pub(crate) fn wrong_type(expected: &str, found: &str) -> ToolError {
         ErrorCode::InvalidArguments,
         format!("expected a `{expected}` item, got `{found}`"),
     )
-    .suggestion(format!("send tool calls as `{expected}` items"))
+    .with_suggestion(format!("send tool calls as `{expected}` items"))
 }
 
 #[cfg(test)]

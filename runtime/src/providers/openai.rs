@@ -5,9 +5,9 @@
 //! position in the conversation as its step (see [Steps](super#steps)).
 //!
 //! ```no_run
-//! # async fn turn(toolbox: toolkey_runtime::Toolbox, messages: &mut Vec<serde_json::Value>, response: serde_json::Value) {
-//! use toolkey_runtime::providers::openai;
-//! use toolkey_runtime::ToolContext;
+//! # async fn turn(toolbox: toolkey::Toolbox, messages: &mut Vec<serde_json::Value>, response: serde_json::Value) {
+//! use toolkey::providers::openai;
+//! use toolkey::ToolContext;
 //!
 //! // `messages` is the run's conversation from its start; the response's message joins it.
 //! messages.push(response["choices"][0]["message"].clone());
@@ -54,7 +54,7 @@ pub async fn handle_tool_calls(
     });
     let mut answers = Vec::new();
     for (step, call) in unanswered(entries) {
-        answers.push(handle_tool_call(toolbox, call, &ctx.clone().step(step)).await);
+        answers.push(handle_tool_call(toolbox, call, &ctx.clone().with_step(step)).await);
     }
     answers
 }
@@ -86,7 +86,7 @@ pub async fn handle_function_calls(
     });
     let mut outputs = Vec::new();
     for (step, item) in unanswered(entries) {
-        outputs.push(handle_function_call(toolbox, item, &ctx.clone().step(step)).await);
+        outputs.push(handle_function_call(toolbox, item, &ctx.clone().with_step(step)).await);
     }
     outputs
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::{Fingerprint, ToolError};
 
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -180,6 +181,10 @@ pub enum StoreError {
     /// token the caller never learned, until its lease lapses).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store is configured wrongly: a bad table name or connection URL, or records written
+    /// by a newer toolkey. Retrying does not help; a person must fix the configuration.
+    #[error("store misconfigured: {0}")]
+    Config(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
     /// Its message names the key by a short hash, since keys carry argument values.
     #[error("corrupt record (key hash {}) of tenant {tenant:?}: {detail}", crate::key::log_hash(.key))]
@@ -231,7 +236,7 @@ impl StoreError {
 /// - **Fail closed.** When the store cannot be reached, `reserve` returns
 ///   [`StoreError::Unavailable`] and the caller does not run the work.
 ///
-/// [`conformance`] checks all of this against any implementation.
+/// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Reserves `key` for a call with `fingerprint`, holding it for `lease`; or returns the

@@ -23,12 +23,12 @@ use crate::Toolbox;
 /// [module docs](super#run-ids) for where the run id of a call comes from.
 ///
 /// ```no_run
-/// use toolkey_runtime::providers::mcp::McpServer;
-/// use toolkey_runtime::Toolbox;
+/// use toolkey::providers::mcp::McpServer;
+/// use toolkey::Toolbox;
 ///
 /// # async fn serve() -> std::io::Result<()> {
 /// let toolbox = Toolbox::builder().build().expect("valid toolbox");
-/// McpServer::new(toolbox).tenant("acme-corp").serve_stdio().await
+/// McpServer::new(toolbox).with_tenant("acme-corp").serve_stdio().await
 /// # }
 /// ```
 pub struct McpServer {
@@ -54,7 +54,7 @@ impl McpServer {
     }
 
     /// The tenant every call runs for (`ctx.tenant`); none when not set.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
@@ -63,25 +63,25 @@ impl McpServer {
     /// client as `policy` says; refused when not set. See [Run ids](super#run-ids).
     ///
     /// ```no_run
-    /// use toolkey_runtime::providers::mcp::{ClientRunIds, McpServer};
-    /// # fn build(toolbox: toolkey_runtime::Toolbox, user: String) -> McpServer {
+    /// use toolkey::providers::mcp::{ClientRunIds, McpServer};
+    /// # fn build(toolbox: toolkey::Toolbox, user: String) -> McpServer {
     /// // A stdio server started for one signed-in user: their runs resume across connections.
-    /// McpServer::new(toolbox).client_run_ids(ClientRunIds::Principal(user))
+    /// McpServer::new(toolbox).with_client_run_ids(ClientRunIds::Principal(user))
     /// # }
     /// ```
-    pub fn client_run_ids(mut self, policy: ClientRunIds) -> Self {
+    pub fn with_client_run_ids(mut self, policy: ClientRunIds) -> Self {
         self.client_run_ids = policy;
         self
     }
 
     /// The name and version the server gives clients at `initialize`.
-    pub fn server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+    pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.info = Implementation::new(name, version);
         self
     }
 
     /// Instructions for the model, sent to clients at `initialize`.
-    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
         self.instructions = Some(instructions.into());
         self
     }
@@ -167,7 +167,7 @@ impl ServerHandler for McpServer {
         let reply = match context_from_meta(Some(meta), &run_id, &self.client_run_ids) {
             Ok(ctx) => {
                 let ctx = match &self.tenant {
-                    Some(tenant) => ctx.tenant(tenant.clone()),
+                    Some(tenant) => ctx.with_tenant(tenant.clone()),
                     None => ctx,
                 };
                 let params =
