@@ -3,10 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::json;
-use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+use toolkey::{json, tool, State, ToolContext, ToolError, Toolbox};
 
 /// The outside system: it counts the invoices it sends.
 #[derive(Default)]
@@ -15,7 +12,7 @@ struct Billing {
 }
 
 /// An invoice, as the billing system returns it.
-#[derive(Serialize, JsonSchema)]
+#[toolkey::data]
 struct Invoice {
     number: u32,
     customer: String,

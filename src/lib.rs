@@ -41,7 +41,14 @@
 //! tool's story.
 
 #[doc(inline)]
-pub use toolkey_macros::{tool, KeyPart};
+pub use toolkey_macros::{data, tool, KeyPart};
+
+/// Builds a `serde_json::Value` from JSON written inline, for a call's arguments.
+#[doc(inline)]
+pub use toolkey_runtime::__private::serde_json::json;
+/// A JSON value: a call's arguments, a tool's result.
+#[doc(inline)]
+pub use toolkey_runtime::__private::serde_json::Value;
 
 #[doc(inline)]
 pub use toolkey_runtime::{

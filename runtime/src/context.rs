@@ -24,13 +24,24 @@ use crate::{ErrorCode, IdempotencyKey, ToolError};
 ///
 /// let ctx = ToolContext::new("run-7").with_step(4).with_tenant("acme-corp");
 /// assert_eq!(ctx.run_id(), "run-7");
-/// assert_eq!(ctx.step(), 4);
+/// assert_eq!(ctx.step(), Some(4));
 /// assert_eq!(ctx.tenant(), Some("acme-corp"));
+/// assert_eq!(ToolContext::new("run-7").step(), None);
 /// ```
+///
+/// # Steps
+///
+/// A key that uses `<ctx.step>` names one call of a run by its step, so the step must be
+/// unique within the run and the same when the run is resumed after a restart: the position
+/// of the call in the run's log (its first tool call is step 0, the next one step 1, across
+/// every turn). A counter that restarts each turn or each process gives a later call an
+/// earlier call's key, and the later call is answered with the earlier one's result. The
+/// [provider adapters](crate::providers) derive it from the conversation. A call whose key
+/// uses `<ctx.step>` with no step set is refused with `MISSING_CONTEXT` before anything runs.
 #[derive(Clone)]
 pub struct ToolContext {
     run_id: Arc<str>,
-    step: u64,
+    step: Option<u64>,
     tenant: Option<Arc<str>>,
     event_id: Option<Arc<str>>,
     once: Option<Arc<OnceScope>>,
@@ -41,16 +52,17 @@ impl ToolContext {
     pub fn new(run_id: impl Into<String>) -> Self {
         ToolContext {
             run_id: Arc::from(run_id.into()),
-            step: 0,
+            step: None,
             tenant: None,
             event_id: None,
             once: None,
         }
     }
 
-    /// The step of the run this call belongs to.
+    /// The step of the run this call is: its position in the run's log, unique within the run
+    /// and stable across a restart (see [Steps](Self#steps)).
     pub fn with_step(mut self, step: u64) -> Self {
-        self.step = step;
+        self.step = Some(step);
         self
     }
 
@@ -72,8 +84,8 @@ impl ToolContext {
         &self.run_id
     }
 
-    /// The step number.
-    pub fn step(&self) -> u64 {
+    /// The step, if set.
+    pub fn step(&self) -> Option<u64> {
         self.step
     }
 

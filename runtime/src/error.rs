@@ -31,7 +31,8 @@ pub enum ErrorCode {
     StoreCorrupt,
     /// An `unkeyed` tool was not approved.
     ApprovalRequired,
-    /// A key needs a context field (`ctx.tenant`, `ctx.event_id`) the caller did not set.
+    /// A key needs a context field (`ctx.step`, `ctx.tenant`, `ctx.event_id`) the caller did
+    /// not set.
     MissingContext,
     /// A defect inside the toolbox or the tool (a panic, a result that cannot be serialized).
     Internal,

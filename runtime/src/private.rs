@@ -95,7 +95,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
     if let Value::Object(root) = &mut schema {
-        root.remove("title");
+        root.shift_remove("title");
     }
     crate::export::close_objects(&mut schema);
     schema
@@ -245,9 +245,10 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
     Ok(ctx.run_id())
 }
 
-/// `ctx.step` for key templates.
+/// `ctx.step` for key templates: required when the template names it (a default step would
+/// give every call of a run one key).
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    Ok(ctx.step())
+    ctx.step().ok_or_else(|| missing("step"))
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.

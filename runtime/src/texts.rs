@@ -1,6 +1,6 @@
-//! The texts a model reads: error messages and suggestions. They are part of the API: each says
-//! what happened and what to do next in words a model can follow literally, and none carries a
-//! key's or an argument's values.
+//! The texts a model reads: error messages, suggestions and notes. They are part of the API:
+//! each says what happened and what to do next in words a model can follow literally, and none
+//! carries a key's or an argument's values.
 
 use crate::{ErrorCode, ToolError};
 
@@ -29,4 +29,17 @@ pub(crate) fn step_unknown(step: &str) -> ToolError {
     ToolError::outcome_unknown(format!(
         "step `{step}` started earlier and never recorded whether it acted"
     ))
+}
+
+/// What a replay's text says to the model beside the earlier call's result, so the model does
+/// not tell the user the work was done again.
+pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
+
+/// An MCP request names a run id or event id (`_meta.{key}`) the server does not accept.
+pub(crate) fn client_run_id_refused(code: &'static str, key: &str) -> ToolError {
+    ToolError::new(
+        code,
+        format!("this server does not accept client run ids: the request names `_meta.{key}`"),
+    )
+    .with_suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
 }

@@ -36,7 +36,7 @@ fn input_schema(canonical: &Value) -> Value {
     let Value::Object(root) = &mut schema else {
         return json!({"type": "object"});
     };
-    root.remove("$schema");
+    root.shift_remove("$schema");
     if !merge_all_of(root) {
         flatten(root, "allOf", &defs);
     }
@@ -50,10 +50,10 @@ fn input_schema(canonical: &Value) -> Value {
 /// required only what every branch requires (everything, for `allOf`). The model is told less
 /// than the union says; the tool's own argument parsing still refuses what no branch allows.
 fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
-    let Some(Value::Array(branches)) = root.remove(keyword) else {
+    let Some(Value::Array(branches)) = root.shift_remove(keyword) else {
         return;
     };
-    let mut properties = match root.remove("properties") {
+    let mut properties = match root.shift_remove("properties") {
         Some(Value::Object(properties)) => properties,
         _ => Object::new(),
     };

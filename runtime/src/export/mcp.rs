@@ -57,7 +57,7 @@ impl ToolDefinition {
 fn schema(canonical: &Value) -> Value {
     let mut schema = canonical.clone();
     if let Value::Object(map) = &mut schema {
-        map.remove("$schema");
+        map.shift_remove("$schema");
     }
     optional_without_null(&mut schema);
     schema

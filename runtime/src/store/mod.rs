@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::{Fingerprint, ToolError};
 
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -235,7 +236,7 @@ impl StoreError {
 /// - **Fail closed.** When the store cannot be reached, `reserve` returns
 ///   [`StoreError::Unavailable`] and the caller does not run the work.
 ///
-/// [`conformance`] checks all of this against any implementation.
+/// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Reserves `key` for a call with `fingerprint`, holding it for `lease`; or returns the

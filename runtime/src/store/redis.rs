@@ -176,6 +176,7 @@ impl RedisStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub async fn __corrupt(&self, key: &RecordKey) {
         redis::cmd("HSET")

@@ -163,6 +163,7 @@ impl SqliteStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn __corrupt(&self, key: &RecordKey) {
         lock(&self.conn)

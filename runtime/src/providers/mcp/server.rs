@@ -11,7 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
-use super::{call_tool_result, context_from_meta, handle_tools_call};
+use super::{call_tool_result, context_from_meta, handle_tools_call, ClientRunIds};
 use crate::Toolbox;
 
 /// A toolbox served over MCP: `tools/list` from its definitions (annotations included),
@@ -36,6 +36,7 @@ pub struct McpServer {
     tenant: Option<String>,
     info: Implementation,
     instructions: Option<String>,
+    client_run_ids: ClientRunIds,
     session_run_id: Mutex<Option<Arc<str>>>,
 }
 
@@ -47,6 +48,7 @@ impl McpServer {
             tenant: None,
             info: Implementation::new("toolkey", env!("CARGO_PKG_VERSION")),
             instructions: None,
+            client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
         }
     }
@@ -54,6 +56,21 @@ impl McpServer {
     /// The tenant every call runs for (`ctx.tenant`); none when not set.
     pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Accepts the run ids and event ids clients name in a request's `_meta`, scoped to the
+    /// client as `policy` says; refused when not set. See [Run ids](super#run-ids).
+    ///
+    /// ```no_run
+    /// use toolkey::providers::mcp::{ClientRunIds, McpServer};
+    /// # fn build(toolbox: toolkey::Toolbox, user: String) -> McpServer {
+    /// // A stdio server started for one signed-in user: their runs resume across connections.
+    /// McpServer::new(toolbox).with_client_run_ids(ClientRunIds::Principal(user))
+    /// # }
+    /// ```
+    pub fn with_client_run_ids(mut self, policy: ClientRunIds) -> Self {
+        self.client_run_ids = policy;
         self
     }
 
@@ -147,7 +164,7 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let run_id = self.run_id(false);
         let meta: &Map<String, Value> = &context.meta;
-        let reply = match context_from_meta(Some(meta), &run_id) {
+        let reply = match context_from_meta(Some(meta), &run_id, &self.client_run_ids) {
             Ok(ctx) => {
                 let ctx = match &self.tenant {
                     Some(tenant) => ctx.with_tenant(tenant.clone()),
