@@ -7,6 +7,7 @@
 //! | [`openai_tool_call`] | a Chat Completions `tool_calls` entry | the tool message's shape; errors in the content; malformed calls refused with no write |
 //! | [`openai_function_call`] | a Responses `function_call` item | the same, as a `function_call_output` item |
 //! | [`anthropic_tool_use`] | an Anthropic `tool_use` block | the same, as a `tool_result` block whose `is_error` is true exactly for errors |
+//! | [`openai_tool_calls`], [`openai_function_calls`], [`anthropic_tool_uses`] | a whole conversation of calls, answers and anything else | every answer has the provider's shape and answers a call of the conversation; with the answers appended, nothing is left to answer |
 //! | [`mcp_tools_call`] | MCP `tools/call` params and their `_meta` | the same, as a `CallToolResult`; `_meta` gives a context or `MISSING_CONTEXT` |
 //! | [`key_derivation`] | key part values, two at a time | a key never exceeds its length nor loses its namespace; two values share a key exactly when they normalize alike; control characters never reach a key |
 //! | [`fingerprint`] | any JSON | a value read back from its JSON text keeps its fingerprint; values equal by the documented rule share a fingerprint, others do not |
@@ -568,6 +569,142 @@ fn provider_call(bytes: &[u8], tally: &Tally, provider: Provider) {
             }
         }
     })
+}
+
+/// A run's conversation as a provider keeps it: assistant turns with calls (well formed or
+/// not), answers to some of them (by a call's id, or any id), and messages of any shape.
+/// Returns the messages and the ids of the calls in them.
+fn conversation(g: &mut Gen, fx: &Fixture, provider: Provider) -> (Vec<Value>, Vec<Value>) {
+    let mut messages = Vec::new();
+    let mut ids: Vec<Value> = Vec::new();
+    for _ in 0..g.range(1, 5) {
+        match g.range(0, 4) {
+            0 | 1 => {
+                let calls: Vec<Value> = (0..g.range(0, 3))
+                    .map(|_| provider_message(g, fx, provider))
+                    .collect();
+                for call in &calls {
+                    let id = match provider {
+                        Provider::OpenAiResponses => &call["call_id"],
+                        _ => &call["id"],
+                    };
+                    ids.push(id.clone());
+                }
+                match provider {
+                    Provider::OpenAiChat => {
+                        messages.push(json!({"role": "assistant", "tool_calls": calls}))
+                    }
+                    Provider::Anthropic => {
+                        messages.push(json!({"role": "assistant", "content": calls}))
+                    }
+                    _ => messages.extend(calls),
+                }
+            }
+            2 => {
+                let id = if !ids.is_empty() && g.chance(3, 4) {
+                    g.pick(&ids).clone()
+                } else {
+                    Value::String(g.text())
+                };
+                messages.push(match provider {
+                    Provider::OpenAiChat => {
+                        json!({"role": "tool", "tool_call_id": id, "content": "{}"})
+                    }
+                    Provider::Anthropic => json!({"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": id, "content": "{}"}
+                    ]}),
+                    _ => json!({"type": "function_call_output", "call_id": id, "output": "{}"}),
+                });
+            }
+            _ => messages.push(g.json()),
+        }
+    }
+    (messages, ids)
+}
+
+/// A whole conversation through a provider's conversation handler: every answer has the
+/// provider's shape and answers a call of the conversation, and the conversation with those
+/// answers appended has nothing left to answer (a resumed run does not run a call twice).
+fn conversation_call(bytes: &[u8], tally: &Tally, provider: Provider) {
+    Fixture::with(|fx| {
+        let mut g = Gen::new(bytes, &fx.fields);
+        let (mut messages, ids) = conversation(&mut g, fx, provider);
+        // An answer names its call's id, or "" for a call whose id is not a string.
+        let call_ids: Vec<&str> = ids.iter().map(|id| id.as_str().unwrap_or("")).collect();
+        let sent = Value::Array(messages.clone()).to_string().len();
+        let toolbox = &fx.toolbox;
+        let ctx = toolkey::ToolContext::new("run-fuzz").with_tenant("tenant-fuzz");
+        let handle = |messages: Vec<Value>| {
+            let ctx = ctx.clone();
+            async move {
+                match provider {
+                    Provider::OpenAiChat => {
+                        openai::handle_tool_calls(toolbox, &messages, &ctx).await
+                    }
+                    Provider::OpenAiResponses => {
+                        openai::handle_function_calls(toolbox, &messages, &ctx).await
+                    }
+                    _ => anthropic::handle_tool_uses(toolbox, &messages, &ctx).await,
+                }
+            }
+        };
+        let (answers, _) = fx.observe(handle(messages.clone()));
+        let id_field = match provider {
+            Provider::OpenAiResponses => "call_id",
+            _ => "id",
+        };
+        for answer in &answers {
+            check_size(&answer.to_string(), sent);
+            let id = match provider {
+                Provider::OpenAiChat => &answer["tool_call_id"],
+                Provider::OpenAiResponses => &answer["call_id"],
+                _ => &answer["tool_use_id"],
+            };
+            let id = id.as_str().expect("an answer's id is a string");
+            assert!(call_ids.contains(&id), "an answer to no call: {answer}");
+            let call = json!({ id_field: id });
+            let (text, _) = reply_text(provider, &call, answer);
+            let parsed: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("the model reads text that is not JSON ({e}): {text}"));
+            let code = parsed
+                .as_object()
+                .filter(|o| o.len() == 1 && o.contains_key("error"))
+                .map(|_| {
+                    check_error_json(&parsed);
+                    parsed["error"]["code"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                });
+            tally.code(code.as_deref());
+        }
+        match provider {
+            Provider::Anthropic if !answers.is_empty() => {
+                messages.push(json!({"role": "user", "content": answers}))
+            }
+            _ => messages.extend(answers),
+        }
+        let (left, _) = fx.observe(handle(messages.clone()));
+        assert!(
+            left.is_empty(),
+            "answered calls were answered again: {left:?}\nconversation: {messages:?}"
+        );
+    })
+}
+
+/// A Chat Completions conversation through [`openai::handle_tool_calls`].
+pub fn openai_tool_calls(bytes: &[u8], tally: &Tally) {
+    conversation_call(bytes, tally, Provider::OpenAiChat)
+}
+
+/// A Responses `input` list through [`openai::handle_function_calls`].
+pub fn openai_function_calls(bytes: &[u8], tally: &Tally) {
+    conversation_call(bytes, tally, Provider::OpenAiResponses)
+}
+
+/// A Messages conversation through [`anthropic::handle_tool_uses`].
+pub fn anthropic_tool_uses(bytes: &[u8], tally: &Tally) {
+    conversation_call(bytes, tally, Provider::Anthropic)
 }
 
 /// An MCP request's `_meta`: the keys toolkey reads, with values of every type, or any JSON.

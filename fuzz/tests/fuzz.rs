@@ -45,6 +45,21 @@ fn anthropic_tool_use() {
 }
 
 #[test]
+fn openai_tool_calls() {
+    fuzz("openai_tool_calls", targets::openai_tool_calls);
+}
+
+#[test]
+fn openai_function_calls() {
+    fuzz("openai_function_calls", targets::openai_function_calls);
+}
+
+#[test]
+fn anthropic_tool_uses() {
+    fuzz("anthropic_tool_uses", targets::anthropic_tool_uses);
+}
+
+#[test]
 fn mcp_tools_call() {
     fuzz("mcp_tools_call", targets::mcp_tools_call);
 }
