@@ -1,6 +1,7 @@
 //! Fuzz targets for every input a model or client controls: tool arguments through
 //! [`Toolbox::call`](toolkey::Toolbox::call), the OpenAI Chat Completions and Responses,
-//! Anthropic and MCP call adapters, status calls, key derivation and fingerprints.
+//! Anthropic and MCP call adapters and the conversation handlers, status calls, key derivation
+//! and fingerprints.
 //!
 //! Each target takes arbitrary bytes, reads them as arbitrary JSON (or as JSON shaped by a tool's
 //! schema and then broken a little, or as raw text), and checks that nothing panics or hangs,
