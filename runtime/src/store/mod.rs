@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::{Fingerprint, ToolError};
 
 pub mod conformance;
+pub mod faults;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
