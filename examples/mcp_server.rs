@@ -57,6 +57,7 @@ struct Ledger {
 async fn send_invoice(
     billing: State<Billing>,
     /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period as YYYY-MM, for example "2026-10".
     period: String,

@@ -44,7 +44,7 @@ async fn invoice_naive_ends_with_three_invoices_and_keyed_with_one() {
         "{text}"
     );
     assert!(
-        text.contains("→ invoice_status {\"customer\":\"acme\",\"period\":\"2026-10\"}"),
+        text.contains("→ invoice_status {\"amount\":1200.0,\"customer\":\"acme\",\"memo\":\"Consulting, October 2026\",\"period\":\"2026-10\"}"),
         "{text}"
     );
 

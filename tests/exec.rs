@@ -628,7 +628,11 @@ async fn the_body_reads_its_key_built_from_the_context() {
         )
         .await
         .unwrap();
-    assert_eq!(out.value, json!("refund:run-7:4"));
+    assert_eq!(
+        out.value,
+        json!("refund:Run-7:4"),
+        "context values keep their case"
+    );
     assert_eq!(
         toolbox.definitions().len(),
         1,
@@ -877,7 +881,11 @@ async fn a_multi_step_tool_that_crashed_between_steps_runs_each_step_once() {
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
-    assert!(err.message().contains("worker crashed between the steps"));
+    assert!(err.message().contains("panicked"), "{err}");
+    assert!(
+        !err.message().contains("worker crashed"),
+        "a panic message may hold argument values: it stays out of the answer"
+    );
     assert!(
         err.is_retryable(),
         "with a recover hook, the retry looks before it acts"

@@ -31,7 +31,7 @@ fn invoice_key(customer: &str, period: &str) -> IdempotencyKey {
 }
 
 #[test]
-fn key_is_trimmed_and_lowercased() {
+fn key_is_trimmed_and_lowercased_where_the_field_is_case_insensitive() {
     assert_eq!(
         invoice_key("  ACME ", "2026-10"),
         invoice_key("acme", "2026-10")
@@ -81,6 +81,7 @@ fn a_long_key_fits_and_keeps_its_namespace() {
 #[tool(idempotent(key = "visit:<patient>:<born>", hash = true))]
 async fn record_visit(
     /// The patient's full name.
+    #[arg(key = "case_insensitive")]
     patient: String,
     /// Date of birth, YYYY-MM-DD.
     born: String,
@@ -176,6 +177,7 @@ async fn charge(
     provider: State<Provider>,
     ctx: &ToolContext,
     /// Customer ID.
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period, YYYY-MM.
     period: String,

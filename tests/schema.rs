@@ -70,7 +70,7 @@ fn send_invoice_schema_has_the_four_model_visible_fields() {
 }
 
 #[test]
-fn status_companion_has_exactly_the_key_fields() {
+fn status_companion_requires_the_key_fields_and_accepts_the_rest() {
     let toolbox = Toolbox::builder()
         .state(Billing::default())
         .tool(SendInvoice)
@@ -83,7 +83,23 @@ fn status_companion_has_exactly_the_key_fields() {
         .collect();
     assert_eq!(names, ["invoice_status", "send_invoice"]);
     let status = toolbox.definition("invoice_status").unwrap();
-    assert_eq!(properties(status.input_schema()), ["customer", "period"]);
+    // The target's whole argument set, so "call it with the same arguments" works as written;
+    // only the key fields are required.
+    assert_eq!(
+        properties(status.input_schema()),
+        ["amount", "customer", "memo", "period"]
+    );
+    assert_eq!(
+        status.input_schema()["required"],
+        json!(["customer", "period"])
+    );
+    let amount = status.input_schema()["properties"]["amount"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        amount.starts_with("Amount in EUR.") && amount.contains("Ignored by `invoice_status`"),
+        "{amount}"
+    );
     assert_eq!(status.input_schema()["additionalProperties"], json!(false));
     assert_eq!(
         status.input_schema()["properties"]["customer"]["description"],

@@ -181,6 +181,7 @@ pub async fn send_invoice(
     billing: State<BillingProvider>,
     ctx: &ToolContext,
     /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period as YYYY-MM, for example "2026-10".
     period: String,
@@ -256,8 +257,8 @@ impl ScriptedModel<'_> {
                     writeln!(self.out, "  model  The call timed out, and the error says to check `{status}` rather than repeat it.")?;
                     loop {
                         tokio::time::sleep(self.pause).await;
-                        let status_args = self.key_fields(&status, &args);
-                        let answer = self.call(&status, status_args).await?;
+                        // "with the same arguments", as the suggestion says.
+                        let answer = self.call(&status, args.clone()).await?;
                         turn.status_calls += 1;
                         match answer
                             .as_ref()
@@ -313,20 +314,6 @@ impl ScriptedModel<'_> {
         };
         writeln!(self.out, "  tool   ← {shown}")?;
         Ok(result)
-    }
-
-    /// The arguments the status tool takes: the key fields, as its schema lists them.
-    fn key_fields(&self, status: &str, args: &Value) -> Value {
-        let schema = self
-            .toolbox
-            .definition(status)
-            .expect("status tool exists")
-            .input_schema();
-        let fields = schema["properties"]
-            .as_object()
-            .into_iter()
-            .flat_map(|p| p.keys());
-        Value::Object(fields.map(|f| (f.clone(), args[f].clone())).collect())
     }
 }
 

@@ -45,18 +45,40 @@ const _: () = {
         ::toolkey::__private::IdempotencyKey,
         ::toolkey::__private::ToolError,
     > {
-        let mut __k = ::toolkey::__private::KeyBuilder::new("invoice:", ":", false);
-        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, customer, false);
+        let mut __k = ::toolkey::__private::KeyBuilder::new("invoice:", ":");
+        ::toolkey::__private::KeyBuilder::part_case_insensitive::<
+            String,
+        >(&mut __k, customer, "customer");
         __k.literal(":");
-        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, period, false);
-        ::core::result::Result::Ok(__k.finish())
+        ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, period, "period");
+        __k.finish()
     }
-    #[derive(::toolkey::__private::serde::Serialize)]
+    #[derive(
+        ::toolkey::__private::serde::Serialize,
+        ::toolkey::__private::schemars::JsonSchema
+    )]
     #[serde(crate = "::toolkey::__private::serde")]
+    #[schemars(crate = "::toolkey::__private::schemars")]
     struct __Fingerprint<'__a> {
         amount: &'__a f64,
         #[serde(skip)]
         __lifetime: ::toolkey::__private::core::marker::PhantomData<&'__a ()>,
+    }
+    static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
+        ::toolkey::__private::schema_for::<__Fingerprint<'static>>,
+    );
+    #[allow(dead_code, clippy::all)]
+    fn __future_is_send(
+        __p0: State<Billing>,
+        __p1: &ToolContext,
+        __p2: String,
+        __p3: String,
+        __p4: f64,
+        __p5: String,
+    ) {
+        ::toolkey::__private::assert_send_future(
+            send_invoice(__p0, __p1, __p2, __p3, __p4, __p5),
+        );
     }
     #[automatically_derived]
     impl ::toolkey::__private::Tool for SendInvoice {
@@ -82,7 +104,6 @@ const _: () = {
                 .with_annotations(
                     ::toolkey::__private::Annotations::for_story(
                         ::toolkey::__private::Story::Idempotent,
-                        true,
                     ),
                 )
                 .with_settings(__settings)
@@ -104,10 +125,12 @@ const _: () = {
             )?;
             let __key = __key(__ctx, &__a.customer, &__a.period)?;
             let __fp = ::toolkey::__private::fingerprint(
+                "send_invoice",
                 &__Fingerprint {
                     amount: &__a.amount,
                     __lifetime: ::toolkey::__private::core::marker::PhantomData,
                 },
+                &__FINGERPRINT_SCHEMA,
             )?;
             ::core::result::Result::Ok(
                 ::toolkey::__private::Call::keyed(
@@ -150,22 +173,26 @@ const _: () = {
                 customer: String,
                 /// Billing period as YYYY-MM, for example "2026-10".
                 period: String,
+                /// Amount in EUR.
+                ///
+                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
+                #[serde(default)]
+                #[schemars(with = "::core::option::Option<f64>")]
+                #[allow(dead_code)]
+                amount: ::core::option::Option<::toolkey::__private::Ignored>,
+                /// What the invoice is for.
+                ///
+                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
+                #[serde(default)]
+                #[schemars(with = "::core::option::Option<String>")]
+                #[allow(dead_code)]
+                memo: ::core::option::Option<::toolkey::__private::Ignored>,
             }
-            let __definition = ::toolkey::__private::ToolDefinition::new(
-                    "invoice_status",
-                    "Read-only. Tells whether `send_invoice` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it when a `send_invoice` call timed out or its outcome is unclear, before calling `send_invoice` again.",
-                    ::toolkey::__private::schema_for::<__StatusArgs>(),
-                    ::toolkey::__private::Story::ReadOnly,
-                )
-                .with_annotations(
-                    ::toolkey::__private::Annotations::for_story(
-                        ::toolkey::__private::Story::ReadOnly,
-                        false,
-                    ),
-                );
             ::core::option::Option::Some(
-                ::toolkey::__private::StatusCompanion::new(
-                    __definition,
+                ::toolkey::__private::status_companion(
+                    "send_invoice",
+                    "invoice_status",
+                    ::toolkey::__private::schema_for::<__StatusArgs>(),
                     ::toolkey::__private::std::boxed::Box::new(|__args, __ctx| {
                         let __s: __StatusArgs = ::toolkey::__private::parse_args(
                             "invoice_status",

@@ -39,7 +39,9 @@ mod tool;
 ///
 /// Parameters: `State<T>` and `&ToolContext` are injected; every other parameter is filled by
 /// the model, described by its `///` comment. `#[arg(ignore)]` leaves a parameter out of the
-/// fingerprint, `#[arg(key = "exact")]` keeps a key part's case. `#[serde(..)]` and
+/// fingerprint. Key parts are trimmed and put in Unicode NFC and keep their case (charge ids,
+/// order ids and tokens are case-sensitive); `#[arg(key = "case_insensitive")]` on a key field
+/// lowercases it too (a customer name, an email address). `#[serde(..)]` and
 /// `#[schemars(..)]` attributes on a parameter go to its schema field.
 #[proc_macro_attribute]
 pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {

@@ -33,7 +33,6 @@ pub struct ToolContext {
     step: u64,
     tenant: Option<Arc<str>>,
     event_id: Option<Arc<str>>,
-    key: Option<IdempotencyKey>,
     once: Option<Arc<OnceScope>>,
 }
 
@@ -45,7 +44,6 @@ impl ToolContext {
             step: 0,
             tenant: None,
             event_id: None,
-            key: None,
             once: None,
         }
     }
@@ -99,21 +97,26 @@ impl ToolContext {
     /// Forward it to a provider that takes idempotency keys (Stripe's `Idempotency-Key`), so
     /// the provider enforces the same action too.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
-        self.key.as_ref()
+        self.once.as_deref().map(OnceScope::key)
     }
 
-    pub(crate) fn with_call(mut self, key: IdempotencyKey, once: Arc<OnceScope>) -> Self {
-        self.key = Some(key);
+    pub(crate) fn with_call(mut self, once: Arc<OnceScope>) -> Self {
         self.once = Some(once);
         self
     }
 
     /// Runs one step of a multi-step tool at most once.
     ///
-    /// The step is keyed with its name and the parent call's values (`invoice-email` inside
-    /// `invoice:acme:2026-10` is `invoice-email:acme:2026-10`): a retry of the parent after a
-    /// crash skips the steps that finished — returning their recorded results — and runs the
-    /// missing ones. Only inside a keyed (`idempotent`) tool's body.
+    /// The step is keyed under the parent call's whole key (`email` inside
+    /// `invoice:acme:2026-10` is `invoice:acme:2026-10>email`), so it can collide with no other
+    /// tool, no other step and not its parent; and it is bound to the parent's fingerprint, so a
+    /// call with the same key and other arguments meets a `CONFLICT`, never another action's
+    /// step result. A retry of the parent after a crash skips the steps that finished —
+    /// returning their recorded results — and runs the missing ones. A step that started and
+    /// never recorded its outcome is unknown: the retry answers `OUTCOME_UNKNOWN`, unless the
+    /// tool's `recover` hook looked and found nothing, in which case the step runs again (so a
+    /// recover hook must look for the effects of every step). Only inside a keyed
+    /// (`idempotent`) tool's body.
     ///
     /// ```text
     /// let invoice = ctx.once("invoice-create", async { billing.create(&customer).await }).await?;
@@ -125,13 +128,14 @@ impl ToolContext {
         T: Serialize + DeserializeOwned,
         E: Into<ToolError>,
     {
-        let (Some(key), Some(scope)) = (&self.key, &self.once) else {
+        let Some(scope) = &self.once else {
             return Err(ToolError::new(
                 ErrorCode::Internal,
                 format!("ctx.once(\"{step}\") needs a keyed tool: only an `idempotent` tool's steps have a key"),
             ));
         };
         if step.is_empty()
+            || step.len() > 64
             || !step
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -139,13 +143,11 @@ impl ToolContext {
             return Err(ToolError::new(
                 ErrorCode::Internal,
                 format!(
-                    "step name {step:?} must be non-empty ASCII letters, digits, `-`, `_` or `.`"
+                    "step name {step:?} must be 1 to 64 ASCII letters, digits, `-`, `_` or `.`"
                 ),
             ));
         }
-        scope
-            .run_step(self.scope(), step, key.for_step(step), work)
-            .await
+        scope.run_step(self.scope(), step, work).await
     }
 }
 
@@ -156,7 +158,7 @@ impl fmt::Debug for ToolContext {
             .field("step", &self.step)
             .field("tenant", &self.tenant)
             .field("event_id", &self.event_id)
-            .field("key", &self.key)
+            .field("key", &self.idempotency_key())
             .finish()
     }
 }

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -16,24 +17,36 @@ use serde_json::Value;
 
 use crate::key::log_hash;
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::texts;
 use crate::tool::{Call, Invocation};
 use crate::toolbox::{Inner, Registered, ToolOutput};
 use crate::{ErrorCode, Fingerprint, IdempotencyKey, ToolContext, ToolError};
 
-/// The store handle a keyed call gives its context, for `ctx.once` steps.
+/// What a keyed call gives its context for `ctx.once` steps: the store, and the parent call's
+/// key and fingerprint, to which every step is bound.
 pub(crate) struct OnceScope {
     store: Arc<dyn Store>,
+    key: IdempotencyKey,
     fingerprint: Fingerprint,
     lease: Duration,
     retain: Duration,
+    /// Set when the parent's recover hook answered "not found": no effect of this call exists,
+    /// so a step left unknown (or abandoned by a crash) may run again.
+    recovered_not_found: AtomicBool,
+    /// Set when a step met a record the parent must not be recorded over (another action's
+    /// step, or a step still running elsewhere): the parent's key is released, not recorded.
+    release_parent: AtomicBool,
 }
 
 impl OnceScope {
+    pub(crate) fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
     pub(crate) async fn run_step<T, E, F>(
         &self,
         tenant: &str,
         step: &str,
-        key: IdempotencyKey,
         work: F,
     ) -> Result<T, ToolError>
     where
@@ -41,35 +54,24 @@ impl OnceScope {
         T: Serialize + DeserializeOwned,
         E: Into<ToolError>,
     {
+        let key = self.key.step(step);
         let rkey = RecordKey::new(tenant, key.as_str());
-        let reservation = self
-            .store
-            .reserve(&rkey, &self.fingerprint, self.lease)
-            .await
-            .map_err(store_error)?;
-        let value = match reservation {
-            Reservation::Reserved(token) => {
-                let work = async {
-                    let value = work.await.map_err(Into::into)?;
-                    serde_json::to_value(&value).map_err(|e| {
-                        ToolError::internal(format!(
-                            "step `{step}` returned a value that cannot be recorded: {e}"
-                        ))
-                    })
-                };
-                let ran = drive(&*self.store, &rkey, &token, self.lease, work).await;
-                settle(
-                    &*self.store,
-                    &rkey,
-                    &token,
-                    self.retain,
-                    ran,
-                    key.as_str(),
-                    None,
-                )
-                .await?
+        let what = format!("step `{step}` (key hash {})", key.for_logs());
+        let token = loop {
+            let reservation = self
+                .store
+                .reserve(&rkey, &self.fingerprint, self.lease)
+                .await
+                .map_err(|e| step_store_error(step, e))?;
+            let record = match reservation {
+                Reservation::Reserved(token) => break token,
+                Reservation::Existing(record) => record,
+            };
+            if record.fingerprint() != &self.fingerprint {
+                self.release_parent.store(true, Ordering::SeqCst);
+                return Err(texts::step_conflict(step));
             }
-            Reservation::Existing(record) => match record {
+            let value = match record {
                 Record::Completed {
                     outcome: Outcome::Ok(value),
                     ..
@@ -79,18 +81,41 @@ impl OnceScope {
                     ..
                 } => return Err(err),
                 Record::InProgress { .. } => {
-                    return Err(ToolError::new(
-                        ErrorCode::InProgress,
-                        format!("step `{step}` is running in another call"),
-                    ))
+                    self.release_parent.store(true, Ordering::SeqCst);
+                    return Err(texts::step_in_progress(step));
                 }
-                Record::Stale { .. } => {
-                    return Err(ToolError::outcome_unknown(format!(
-                        "step `{step}` started earlier and never recorded its outcome"
-                    )))
+                Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
+                    match self
+                        .store
+                        .take_over(&rkey, &token, self.lease)
+                        .await
+                        .map_err(|e| step_store_error(step, e))?
+                    {
+                        Some(token) => break token,
+                        // Another caller took it first: read the record again.
+                        None => continue,
+                    }
                 }
-            },
+                Record::Stale { .. } => return Err(texts::step_unknown(step)),
+            };
+            return serde_json::from_value(value).map_err(|e| {
+                ToolError::internal(format!(
+                    "the recorded result of step `{step}` no longer fits its type: {e}"
+                ))
+            });
         };
+        let recorded = async {
+            let value = work.await.map_err(Into::into)?;
+            // The step acted: a result that cannot be recorded makes its outcome unknown, never
+            // a failure, or a retry would act again.
+            serde_json::to_value(&value).map_err(|e| {
+                ToolError::outcome_unknown(format!(
+                    "step `{step}` acted, but its result cannot be recorded: {e}"
+                ))
+            })
+        };
+        let ran = drive(&*self.store, &rkey, &token, self.lease, recorded).await;
+        let value = settle(&*self.store, &rkey, &token, self.retain, ran, &what, None).await?;
         serde_json::from_value(value).map_err(|e| {
             ToolError::internal(format!(
                 "the recorded result of step `{step}` no longer fits its type: {e}"
@@ -123,13 +148,16 @@ pub(crate) async fn run_keyed(
         .map(|d| tokio::time::Instant::now() + d);
     let scope = Arc::new(OnceScope {
         store: store.clone(),
+        key: key.clone(),
         fingerprint,
         lease: settings.lease,
         retain: settings.retain,
+        recovered_not_found: AtomicBool::new(false),
+        release_parent: AtomicBool::new(false),
     });
     let mut recover_hook = call.recover;
     let invocation = || Invocation {
-        ctx: ctx.clone().with_call(key.clone(), scope.clone()),
+        ctx: ctx.clone().with_call(scope.clone()),
         state: inner.state.clone(),
     };
 
@@ -220,8 +248,12 @@ pub(crate) async fn run_keyed(
                             replayed: true,
                         });
                     }
-                    // Not found: safe to act, under the token just taken over.
-                    Ok(Ok(None)) => break token,
+                    // Not found: safe to act, under the token just taken over; steps an earlier
+                    // attempt left unknown may run again, since none of their effects exists.
+                    Ok(Ok(None)) => {
+                        scope.recovered_not_found.store(true, Ordering::SeqCst);
+                        break token;
+                    }
                     Ok(Err(err)) => {
                         // The lookup failed: the outcome is as unknown as before. Never release
                         // here, or the next call would act without looking.
@@ -230,7 +262,7 @@ pub(crate) async fn run_keyed(
                     }
                     Err(panic) => {
                         let _ = store.mark_unknown(&rkey, &token).await;
-                        return Err(panicked(&def.name, "recover hook", panic));
+                        return Err(panicked(&format!("`{}`", def.name), "recover hook", panic));
                     }
                 }
             }
@@ -246,13 +278,24 @@ pub(crate) async fn run_keyed(
         (call.body)(invocation()),
     )
     .await;
+    if let Ok(Err(err)) = &ran {
+        if scope.release_parent.load(Ordering::SeqCst) {
+            // A step met another action's record, or a step still running elsewhere: recording
+            // this answer as the call's outcome would block the call that owns those steps.
+            inner.stats.released.inc();
+            if let Err(e) = store.release(&rkey, &token).await {
+                tracing::error!(tool = %def.name, key = %log_key, error = %e, "could not release the key after a step's conflict; it stays reserved until its lease lapses");
+            }
+            return Err(err.clone());
+        }
+    }
     let value = settle(
         &*store,
         &rkey,
         &token,
         settings.retain,
         ran,
-        &def.name,
+        &format!("`{}`", def.name),
         Some(&inner),
     )
     .await
@@ -452,11 +495,25 @@ fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: boo
     .suggestion(format!("do not repeat the action; {check}"))
 }
 
+/// A panic's answer. Its message is left out: a panic message can hold argument values, and the
+/// panic hook has already printed it where the process logs.
 pub(crate) fn panicked(what: &str, part: &str, panic: Panic) -> ToolError {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into());
-    ToolError::outcome_unknown(format!("the {part} of `{what}` panicked: {text}"))
+    drop(panic);
+    ToolError::outcome_unknown(format!("the {part} of {what} panicked"))
+}
+
+/// A store error met by a step: earlier steps may have acted, so "nothing was done" would not
+/// be true; the step itself did not run.
+fn step_store_error(step: &str, err: StoreError) -> ToolError {
+    let err = store_error(err);
+    if err.is(ErrorCode::StoreUnavailable) {
+        ToolError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the store could not be reached, so step `{step}` did not run"),
+        )
+        .retryable(true)
+        .suggestion("retry shortly with the same arguments: finished steps are not done again")
+    } else {
+        err
+    }
 }

@@ -39,6 +39,181 @@ impl Fingerprint {
     }
 }
 
+impl Fingerprint {
+    /// The fingerprint of one call of `tool`: its name, then its defining arguments as
+    /// [`FingerprintSchema`] canonicalizes them (arrays the schema calls sets are sorted, so
+    /// equal sets are equal whatever their order in memory). Two tools that share a key
+    /// template therefore never replay each other's results: their calls are a `CONFLICT`.
+    pub(crate) fn of_call<T: Serialize + ?Sized>(
+        tool: &str,
+        args: &T,
+        schema: &FingerprintSchema,
+    ) -> Result<Fingerprint, serde_json::Error> {
+        let mut value = serde_json::to_value(args)?;
+        let (schema, has_sets) = schema.get();
+        if has_sets {
+            sort_sets(&mut value, &[schema], schema, 0);
+        }
+        let mut hasher = HashSink(Sha256::new());
+        write_string(tool, &mut hasher).expect("hashing cannot fail");
+        hasher.0.update(b"\n");
+        write_canonical(&value, &mut hasher).expect("hashing cannot fail");
+        Ok(Fingerprint(hasher.0.finalize().into()))
+    }
+}
+
+/// The JSON schema of a tool's defining arguments, derived once per process: it says which
+/// arrays are sets (`uniqueItems`), whose order means nothing. Built by generated code.
+#[doc(hidden)]
+pub struct FingerprintSchema {
+    derive: fn() -> Value,
+    cached: std::sync::OnceLock<(Value, bool)>,
+}
+
+impl FingerprintSchema {
+    /// A schema derived by `derive` on first use.
+    pub const fn new(derive: fn() -> Value) -> Self {
+        FingerprintSchema {
+            derive,
+            cached: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> (&Value, bool) {
+        let (schema, has_sets) = self.cached.get_or_init(|| {
+            let schema = (self.derive)();
+            let has_sets = mentions_sets(&schema);
+            (schema, has_sets)
+        });
+        (schema, *has_sets)
+    }
+}
+
+fn mentions_sets(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.get("uniqueItems") == Some(&Value::Bool(true)) || map.values().any(mentions_sets)
+        }
+        Value::Array(items) => items.iter().any(mentions_sets),
+        _ => false,
+    }
+}
+
+/// How deep `$ref`s and `anyOf`s are followed for one value: deeper schemas are recursive.
+const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// The schemas `schema` stands for: itself, and what its `$ref`, `anyOf`, `oneOf` and `allOf`
+/// lead to.
+fn expand<'a>(schema: &'a Value, root: &'a Value, depth: usize, out: &mut Vec<&'a Value>) {
+    if depth > MAX_SCHEMA_DEPTH {
+        return;
+    }
+    let Value::Object(map) = schema else { return };
+    if let Some(Value::String(reference)) = map.get("$ref") {
+        let target = reference
+            .strip_prefix("#/$defs/")
+            .and_then(|name| root.get("$defs")?.get(name))
+            .or_else(|| {
+                reference
+                    .strip_prefix("#/definitions/")
+                    .and_then(|name| root.get("definitions")?.get(name))
+            });
+        if let Some(target) = target {
+            expand(target, root, depth + 1, out);
+        }
+    }
+    for combinator in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(branches)) = map.get(combinator) {
+            for branch in branches {
+                expand(branch, root, depth + 1, out);
+            }
+        }
+    }
+    out.push(schema);
+}
+
+fn accepts_arrays(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "array",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "array"),
+        _ => ["items", "prefixItems", "uniqueItems"]
+            .iter()
+            .any(|k| schema.get(k).is_some()),
+    }
+}
+
+/// Sorts, inside `value`, every array that all the schemas describing it call a set.
+fn sort_sets(value: &mut Value, schemas: &[&Value], root: &Value, depth: usize) {
+    if depth > MAX_SCHEMA_DEPTH || schemas.is_empty() {
+        return;
+    }
+    let mut candidates = Vec::new();
+    for schema in schemas {
+        expand(schema, root, 0, &mut candidates);
+    }
+    match value {
+        Value::Array(items) => {
+            let arrays: Vec<&Value> = candidates
+                .iter()
+                .copied()
+                .filter(|s| accepts_arrays(s))
+                .collect();
+            for (i, item) in items.iter_mut().enumerate() {
+                let item_schemas: Vec<&Value> = arrays
+                    .iter()
+                    .filter_map(|s| {
+                        s.get("prefixItems")
+                            .and_then(|p| p.get(i))
+                            .or_else(|| s.get("items").filter(|i| i.is_object()))
+                    })
+                    .collect();
+                sort_sets(item, &item_schemas, root, depth + 1);
+            }
+            let is_set = !arrays.is_empty()
+                && arrays
+                    .iter()
+                    .all(|s| s.get("uniqueItems") == Some(&Value::Bool(true)));
+            if is_set {
+                let mut keyed: Vec<(String, Value)> = items
+                    .drain(..)
+                    .map(|item| {
+                        let mut text = String::new();
+                        canonical_json(&item, &mut text);
+                        (text, item)
+                    })
+                    .collect();
+                keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                items.extend(keyed.into_iter().map(|(_, item)| item));
+            }
+        }
+        Value::Object(map) => {
+            for (name, field) in map.iter_mut() {
+                // A named property, else the schemas of patterned or additional properties
+                // (maps keyed by integers have a `patternProperties` schema; without a regex
+                // engine every pattern is taken to match, and a set is only sorted when all
+                // of them say it is one).
+                let mut field_schemas: Vec<&Value> = Vec::new();
+                for s in &candidates {
+                    if let Some(named) = s.get("properties").and_then(|p| p.get(name.as_str())) {
+                        field_schemas.push(named);
+                        continue;
+                    }
+                    if let Some(Value::Object(patterns)) = s.get("patternProperties") {
+                        field_schemas.extend(patterns.values());
+                    }
+                    if let Some(additional) =
+                        s.get("additionalProperties").filter(|a| a.is_object())
+                    {
+                        field_schemas.push(additional);
+                    }
+                }
+                sort_sets(field, &field_schemas, root, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl From<Fingerprint> for String {
     fn from(fp: Fingerprint) -> String {
         fp.to_hex()

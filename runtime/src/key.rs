@@ -1,17 +1,45 @@
-//! Idempotency keys: what can be a part of one, how parts are normalized, and the key type.
+//! Idempotency keys: what can be a part of one, how parts are normalized and encoded, and the
+//! key type.
+//!
+//! A key is its template's literal text with each `<placeholder>` replaced by a value:
+//! `invoice:<customer>:<period>` gives `invoice:acme:2026-10`.
+//!
+//! - **Normalization**: text is trimmed and put in Unicode NFC, and keeps its case unless the
+//!   parameter is `#[arg(key = "case_insensitive")]` (then it is lowercased too). Integers are
+//!   decimal, `bool` is `true`/`false`, UUIDs are lowercase hyphenated, unit enums use their
+//!   serde names.
+//! - **Encoding**: inside a value, `\` escapes itself, `#`, `<`, `>` and every character of the
+//!   template's literal text after its namespace. No value can forge the literal text between two
+//!   parts, so key derivation is injective: two argument tuples that differ after normalization
+//!   never share a key. (The macro rejects templates whose literal text holds `\`, `#` or a
+//!   control character.)
+//! - **Invalid values**: a control character in a key part is `INVALID_ARGUMENTS` (for a context
+//!   field, `MISSING_CONTEXT`), before any store sees it.
+//! - **Length**: a key over [`MAX_KEY_BYTES`] keeps its namespace and ends in `#` and the SHA-256
+//!   of the rest; with `hash = true` every key takes that form.
+//! - **Steps**: a `ctx.once` step is keyed `<parent key>><step name>`; no tool key holds an
+//!   unescaped `>`.
 
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
+use crate::{ErrorCode, ToolError};
+
 /// Keys longer than this many bytes keep their namespace and are completed by a SHA-256.
 pub const MAX_KEY_BYTES: usize = 255;
 
-/// The escape character inside key parts. It is escaped itself, and so is `#` (which marks a
-/// hashed key), so no value can forge another part or a hashed form.
+/// The escape character inside key parts. Values escape it, `#`, `<`, `>` and every character
+/// of the template's literal text after the namespace, so the literal text and the parts of a
+/// key can always be told apart again: key derivation is injective. Template literals may not
+/// contain the escape character, `#` or a control character (the macro rejects them).
 const ESCAPE: char = '\\';
+/// Marks a hashed key (`invoice:#<sha256>`).
 const HASH_MARK: char = '#';
+/// Separates a parent call's key from the name of one of its steps (`invoice:acme:2026-10>email`).
+/// No tool key contains it unescaped, so a step's record can never be a tool's record.
+const STEP_MARK: char = '>';
 
 /// The normalized idempotency key of one action, for example `invoice:acme:2026-10`.
 ///
@@ -53,13 +81,18 @@ impl IdempotencyKey {
         log_hash(&self.text)
     }
 
-    /// The key of one step of a multi-step tool: the step's name in place of the namespace,
-    /// the parent's values after it (`invoice-email:acme:2026-10`).
-    pub(crate) fn for_step(&self, step: &str) -> IdempotencyKey {
-        let text = format!("{step}:{}", self.rest());
+    /// The key of one step of a multi-step tool: the parent's whole key (namespace included),
+    /// [`STEP_MARK`], the step's name (`invoice:acme:2026-10>email`). No tool key holds an
+    /// unescaped `>`, and step names hold none, so a step's key is never another tool's key, the
+    /// parent's own key, or another step's.
+    pub(crate) fn step(&self, step: &str) -> IdempotencyKey {
+        let mut text = String::with_capacity(self.text.len() + 1 + step.len());
+        text.push_str(&self.text);
+        text.push(STEP_MARK);
+        text.push_str(step);
         IdempotencyKey {
-            prefix_len: step.len() + 1,
             text,
+            prefix_len: self.prefix_len,
         }
     }
 }
@@ -95,9 +128,12 @@ impl fmt::Display for LogHash<'_> {
 /// A type whose values can be part of an idempotency key.
 ///
 /// A key part needs exactly one canonical text form, so that two calls meaning the same action
-/// always build the same key. Strings (trimmed, NFC, lowercased unless the parameter says
-/// `#[arg(key = "exact")]`), integers, `bool`, `char` and UUIDs have one; unit enums get one from
-/// `#[derive(toolkey::KeyPart)]`, which uses their serde names.
+/// always build the same key, and two calls meaning different actions never do. Strings are
+/// trimmed and put in Unicode NFC, and keep their case: identifiers such as charge ids are
+/// case-sensitive. A parameter marked `#[arg(key = "case_insensitive")]` (a customer name, an
+/// email address) is lowercased as well. Integers, `bool`, `char` and UUIDs have one form; unit
+/// enums get one from `#[derive(toolkey::KeyPart)]`, which uses their serde names. A control
+/// character in a key part is invalid input, refused before any store sees it.
 ///
 /// ```text
 /// #[derive(serde::Serialize, toolkey::KeyPart)]
@@ -119,23 +155,25 @@ pub trait KeyPart {
 pub struct KeyPartWriter<'a> {
     buf: &'a mut String,
     specials: &'static str,
-    exact: bool,
+    fold_case: bool,
+    invalid: bool,
 }
 
 impl KeyPartWriter<'_> {
-    /// Text that is normalized: trimmed, NFC, lowercased (unless the parameter is exact).
+    /// Text that is normalized: trimmed and NFC; lowercased too where the parameter is
+    /// `#[arg(key = "case_insensitive")]`.
     pub fn text(&mut self, text: &str) {
         let text = text.trim();
         if text.is_ascii() {
             for c in text.chars() {
-                let c = if self.exact {
-                    c
-                } else {
+                let c = if self.fold_case {
                     c.to_ascii_lowercase()
+                } else {
+                    c
                 };
                 self.push(c);
             }
-        } else if self.exact {
+        } else if !self.fold_case {
             let normalized: String = text.nfc().collect();
             normalized.chars().for_each(|c| self.push(c));
         } else {
@@ -151,7 +189,10 @@ impl KeyPartWriter<'_> {
     }
 
     fn push(&mut self, c: char) {
-        if c == ESCAPE || c == HASH_MARK || self.specials.contains(c) {
+        if c.is_control() {
+            self.invalid = true;
+        }
+        if matches!(c, ESCAPE | HASH_MARK | STEP_MARK | '<') || self.specials.contains(c) {
             self.buf.push(ESCAPE);
         }
         self.buf.push(c);
@@ -213,12 +254,23 @@ pub struct KeyBuilder {
     prefix_len: usize,
     specials: &'static str,
     hash: bool,
+    /// The first part that held a control character, and whether it came from the context.
+    invalid: Option<(&'static str, bool)>,
 }
 
 impl KeyBuilder {
-    /// `prefix` is the template's literal text before its first placeholder; `specials` are the
-    /// characters of the template's literal text that values must not contain unescaped.
-    pub fn new(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
+    /// `prefix` is the template's literal text before its first placeholder (the namespace);
+    /// `specials` are the characters of the literal text after it, which values escape.
+    pub fn new(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, false)
+    }
+
+    /// As [`new`](Self::new), for `hash = true`: the key keeps only a hash of its values.
+    pub fn hashed(prefix: &'static str, specials: &'static str) -> Self {
+        Self::start(prefix, specials, true)
+    }
+
+    fn start(prefix: &'static str, specials: &'static str, hash: bool) -> Self {
         let mut buf = String::with_capacity(64);
         buf.push_str(prefix);
         KeyBuilder {
@@ -226,33 +278,80 @@ impl KeyBuilder {
             prefix_len: prefix.len(),
             specials,
             hash,
+            invalid: None,
         }
     }
 
+    /// Literal text of the template, between parts.
     pub fn literal(&mut self, text: &'static str) {
         self.buf.push_str(text);
     }
 
-    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, exact: bool) {
+    /// The model-given value of parameter `field`, its case kept.
+    pub fn part<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, false, field, false)
+    }
+
+    /// The model-given value of a `#[arg(key = "case_insensitive")]` parameter: lowercased.
+    pub fn part_case_insensitive<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, true, field, false)
+    }
+
+    /// The value of context field `field` (`ctx.run_id`), set by the caller.
+    pub fn ctx_part<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
+        self.write(value, false, field, true)
+    }
+
+    fn write<T: KeyPart + ?Sized>(
+        &mut self,
+        value: &T,
+        fold_case: bool,
+        field: &'static str,
+        from_ctx: bool,
+    ) {
         let mut writer = KeyPartWriter {
             buf: &mut self.buf,
             specials: self.specials,
-            exact,
+            fold_case,
+            invalid: false,
         };
         value.write_key_part(&mut writer);
+        if writer.invalid && self.invalid.is_none() {
+            self.invalid = Some((field, from_ctx));
+        }
     }
 
-    pub fn finish(mut self) -> IdempotencyKey {
+    /// The key; a part that held a control character is refused here, before any store sees it.
+    pub fn finish(mut self) -> Result<IdempotencyKey, ToolError> {
+        if let Some((field, from_ctx)) = self.invalid {
+            return Err(control_character(field, from_ctx));
+        }
         if self.hash || self.buf.len() > MAX_KEY_BYTES {
             let digest = Sha256::digest(&self.buf.as_bytes()[self.prefix_len..]);
             self.buf.truncate(self.prefix_len);
             self.buf.push(HASH_MARK);
             self.buf.push_str(&hex::encode(digest));
         }
-        IdempotencyKey {
+        Ok(IdempotencyKey {
             text: self.buf,
             prefix_len: self.prefix_len,
-        }
+        })
+    }
+}
+
+fn control_character(field: &str, from_ctx: bool) -> ToolError {
+    if from_ctx {
+        ToolError::new(
+            ErrorCode::MissingContext,
+            format!("the caller's `ctx.{field}` holds a control character, which cannot be part of an idempotency key"),
+        )
+        .suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
+    } else {
+        ToolError::new(
+            ErrorCode::InvalidArguments,
+            format!("`{field}` holds a control character (such as NUL or a line break inside the text), which cannot be part of an idempotency key"),
+        )
+        .suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
     }
 }
 
@@ -260,20 +359,35 @@ impl KeyBuilder {
 mod tests {
     use super::*;
 
-    fn key(customer: &str, period: &str) -> IdempotencyKey {
-        let mut b = KeyBuilder::new("invoice:", ":", false);
-        b.part(customer, false);
+    fn build(fold: bool, customer: &str, period: &str) -> Result<IdempotencyKey, ToolError> {
+        let mut b = KeyBuilder::new("invoice:", ":");
+        if fold {
+            b.part_case_insensitive(customer, "customer");
+        } else {
+            b.part(customer, "customer");
+        }
         b.literal(":");
-        b.part(period, false);
+        b.part(period, "period");
         b.finish()
     }
 
+    fn key(customer: &str, period: &str) -> IdempotencyKey {
+        build(true, customer, period).unwrap()
+    }
+
+    fn exact(customer: &str, period: &str) -> IdempotencyKey {
+        build(false, customer, period).unwrap()
+    }
+
     #[test]
-    fn normalizes_case_space_and_unicode_form() {
+    fn folds_case_only_where_asked_and_always_trims_and_composes() {
         assert_eq!(key("  ACME ", "2026-10"), key("acme", "2026-10"));
         assert_eq!(key("acme", "2026-10").as_str(), "invoice:acme:2026-10");
-        // "é" precomposed and decomposed are one customer.
+        assert_ne!(exact("ch_3MtwBw", "x"), exact("ch_3mtwbw", "x"));
+        assert_eq!(exact(" ch_3MtwBw ", "x").as_str(), "invoice:ch_3MtwBw:x");
+        // "é" precomposed and decomposed are one value, whatever the case rule.
         assert_eq!(key("caf\u{e9}", "x"), key("cafe\u{301}", "x"));
+        assert_eq!(exact("caf\u{e9}", "x"), exact("cafe\u{301}", "x"));
     }
 
     #[test]
@@ -281,6 +395,35 @@ mod tests {
         assert_ne!(key("acme:2026", "10"), key("acme", "2026:10"));
         assert_ne!(key("a\\", ":b"), key("a", "\\:b"));
         assert_eq!(key("acme:2026", "10").as_str(), "invoice:acme\\:2026:10");
+    }
+
+    #[test]
+    fn letters_of_the_literal_text_are_escaped_too() {
+        let pair = |a: &str, b: &str| {
+            let mut k = KeyBuilder::new("pair:", "x");
+            k.part(a, "a");
+            k.literal("x");
+            k.part(b, "b");
+            k.finish().unwrap()
+        };
+        assert_ne!(pair("1x2", "3"), pair("1", "2x3"));
+        assert_eq!(pair("1x2", "3").as_str(), "pair:1\\x2x3");
+    }
+
+    #[test]
+    fn control_characters_are_invalid_arguments() {
+        for bad in ["a\u{0}b", "a\nb", "\u{7f}x", "x\u{85}y"] {
+            let err = build(false, bad, "2026-10").unwrap_err();
+            assert!(err.is(ErrorCode::InvalidArguments), "{bad:?}: {err}");
+            assert!(!err.is_retryable());
+            assert!(err.message().starts_with("`customer`"), "{err}");
+            assert!(!err.message().contains(bad), "no value in the text: {err}");
+        }
+        // Surrounding white space, line breaks included, is trimmed first.
+        assert!(build(false, "acme\n", "2026-10").is_ok());
+        let mut b = KeyBuilder::new("refund:", "");
+        b.ctx_part("run\u{0}", "run_id");
+        assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
     }
 
     #[test]
@@ -295,19 +438,19 @@ mod tests {
     #[test]
     fn a_value_cannot_forge_a_hashed_key() {
         let hashed = {
-            let mut b = KeyBuilder::new("invoice:", ":", true);
-            b.part("acme", false);
-            b.finish()
+            let mut b = KeyBuilder::hashed("invoice:", ":");
+            b.part("acme", "customer");
+            b.finish().unwrap()
         };
         let forged = key(hashed.rest(), "");
         assert_ne!(hashed.as_str(), forged.as_str().trim_end_matches(':'));
     }
 
     #[test]
-    fn steps_take_the_parents_values() {
-        assert_eq!(
-            key("acme", "2026-10").for_step("invoice-email").as_str(),
-            "invoice-email:acme:2026-10"
-        );
+    fn steps_keep_the_parents_whole_key() {
+        let parent = key("acme", "2026-10");
+        assert_eq!(parent.step("email").as_str(), "invoice:acme:2026-10>email");
+        // A value holding the step mark cannot make a tool key that looks like a step's.
+        assert_ne!(key("acme", "2026-10>email"), parent.step("email"));
     }
 }

@@ -12,6 +12,7 @@ mod fingerprint;
 mod key;
 pub mod providers;
 pub mod store;
+mod texts;
 mod tool;
 mod toolbox;
 

@@ -4,6 +4,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::fingerprint::FingerprintSchema;
 pub use crate::key::KeyBuilder;
 pub use crate::tool::{
     Annotations, Body, BoxFuture, Call, Invocation, Recover, Settings, StateNeed, StatusCompanion,
@@ -74,9 +75,16 @@ impl<T: Serialize, E: Into<ToolError>> IntoRecovered for Result<Option<T>, E> {
     }
 }
 
+/// The body (or the recover hook) returned `Ok`: the effect happened. A result that cannot be
+/// serialized is therefore an unknown outcome, kept as unknown, never a recorded failure.
 fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(value)
-        .map_err(|e| ToolError::internal(format!("the tool's result cannot be serialized: {e}")))
+    serde_json::to_value(value).map_err(|e| {
+        ToolError::new(
+            crate::ErrorCode::OutcomeUnknown,
+            format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
+        )
+        .suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
+    })
 }
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
@@ -154,9 +162,13 @@ fn describe(schema: &Value, field: &str) -> Option<String> {
     })
 }
 
-/// The fingerprint of the arguments that define the action.
-pub fn fingerprint<T: Serialize>(value: &T) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of(value)
+/// The fingerprint of one call of `tool`, from the arguments that define the action.
+pub fn fingerprint<T: Serialize>(
+    tool: &str,
+    value: &T,
+    schema: &FingerprintSchema,
+) -> Result<Fingerprint, ToolError> {
+    Fingerprint::of_call(tool, value, schema)
         .map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
 }
 
@@ -216,3 +228,42 @@ where
 }
 
 pub use crate::IdempotencyKey;
+
+/// A status companion's field that its target has and the status ignores: accepts any JSON.
+pub struct Ignored;
+
+impl<'de> serde::Deserialize<'de> for Ignored {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Ignored)
+    }
+}
+
+/// The status companion of keyed tool `target`, named `name`: a read-only tool taking
+/// `input_schema` (the target's arguments, key fields required) and deriving the target's key
+/// with `key`. Its description is written here once, not in every expansion.
+pub fn status_companion(
+    target: &str,
+    name: &str,
+    input_schema: Value,
+    key: crate::tool::KeyFn,
+) -> StatusCompanion {
+    let description = format!(
+        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
+    );
+    let definition = ToolDefinition::new(name, description, input_schema, Story::ReadOnly)
+        .with_annotations(Annotations::for_story(Story::ReadOnly));
+    StatusCompanion::new(definition, key)
+}
+
+/// A `#[tool]` fn's future: it runs in a task of its own, so it must be `Send`.
+#[diagnostic::on_unimplemented(
+    message = "the future of this `#[tool]` fn is not `Send`",
+    label = "a tool's body runs in a task of its own, on any worker thread",
+    note = "do not hold a value that is not `Send` (an `Rc`, a `RefCell` borrow, a `std::sync::MutexGuard`) across an `.await`: drop it first, or use `Arc` and `tokio::sync::Mutex`"
+)]
+pub trait SendFuture {}
+
+impl<F: std::future::Future + Send> SendFuture for F {}
+
+/// Fails to compile, at the tool's fn, when its future is not `Send`.
+pub fn assert_send_future<F: SendFuture>(_future: F) {}

@@ -53,8 +53,10 @@ pub struct Annotations {
 }
 
 impl Annotations {
-    /// The annotations a story implies; `destructive` matters for `idempotent` tools only.
-    pub const fn for_story(story: Story, destructive: bool) -> Annotations {
+    /// The annotations a story implies. An `idempotent` tool counts as destructive unless it
+    /// says otherwise with [`not_destructive`](Self::not_destructive).
+    pub const fn for_story(story: Story) -> Annotations {
+        let destructive = true;
         match story {
             Story::ReadOnly => Annotations {
                 read_only: true,
@@ -81,6 +83,15 @@ impl Annotations {
                 open_world: true,
             },
         }
+    }
+}
+
+impl Annotations {
+    /// The same annotations, saying the tool destroys and overwrites nothing
+    /// (`idempotent(destructive = false)`).
+    pub const fn not_destructive(mut self) -> Annotations {
+        self.destructive = false;
+        self
     }
 }
 
@@ -155,7 +166,7 @@ impl ToolDefinition {
             input_schema,
             output_schema: None,
             story,
-            annotations: Annotations::for_story(story, true),
+            annotations: Annotations::for_story(story),
             settings: Settings::default(),
             status_tool: None,
             needs: Vec::new(),

@@ -409,7 +409,11 @@ impl Toolbox {
                             value,
                             replayed: false,
                         }),
-                        Err(panic) => Err(panicked(&registered.definition.name, "body", panic)),
+                        Err(panic) => Err(panicked(
+                            &format!("`{}`", registered.definition.name),
+                            "body",
+                            panic,
+                        )),
                     }
                 }
             })

@@ -246,7 +246,8 @@ pub fn arguments(tool: &str) -> Value {
         "send_invoice" => {
             json!({"customer": "acme", "period": "2026-10", "amount": 120.5, "memo": "October hosting"})
         }
-        "invoice_status" => json!({"customer": "acme", "period": "2026-10"}),
+        // A status companion takes its tool's arguments as they are.
+        "invoice_status" => arguments("send_invoice"),
         "create_shipment" => json!({
             "order_id": "ord-1042",
             "address": {"street": "Hauptstr. 1", "line2": "Hinterhaus", "city": "Berlin", "country": "DE"},
@@ -256,7 +257,7 @@ pub fn arguments(tool: &str) -> Value {
             "notify": {"channel": "sms", "phone": "+4930123456"},
             "insured_value": 250.0
         }),
-        "create_shipment_status" => json!({"order_id": "ord-1042"}),
+        "create_shipment_status" => arguments("create_shipment"),
         "search_orders" => {
             json!({"query": "acme", "customer": "acme", "min_total": 50.0, "limit": 1, "include_archived": true})
         }
@@ -284,6 +285,14 @@ pub fn strict_arguments(tool: &str) -> Value {
             json!({"query": "acme", "customer": null, "min_total": null, "limit": null, "include_archived": false})
         }
         "cancel_order" => json!({"order_id": 1042, "reason": null}),
+        // A status companion needs only the key fields; the rest may be null.
+        "invoice_status" => {
+            json!({"customer": "acme", "period": "2026-10", "amount": null, "memo": null})
+        }
+        "create_shipment_status" => json!({
+            "order_id": "ord-1042", "address": null, "items": null, "speed": null,
+            "delivery": null, "notify": null, "insured_value": null
+        }),
         other => arguments(other),
     }
 }

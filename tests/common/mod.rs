@@ -65,6 +65,7 @@ pub async fn send_invoice(
     billing: State<Billing>,
     ctx: &ToolContext,
     /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period as YYYY-MM, for example "2026-10".
     period: String,
@@ -87,6 +88,7 @@ pub async fn send_invoice(
 pub async fn send_invoice_scaled(
     billing: State<Billing>,
     /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
     customer: String,
     /// Billing period as YYYY-MM, for example "2026-10".
     period: String,

@@ -272,7 +272,7 @@ impl Parse for StatusValue {
 
 /// The value after `key =` when it is a `T`. Anything else is reported at the value, as what
 /// `key` takes, and skipped, so parsing goes on to report the rest.
-fn value<T: Parse>(cx: &Ctxt, meta: &ParseNestedMeta, takes: &str) -> syn::Result<Option<T>> {
+pub fn value<T: Parse>(cx: &Ctxt, meta: &ParseNestedMeta, takes: &str) -> syn::Result<Option<T>> {
     let key = path_name(&meta.path);
     if !meta.input.peek(syn::Token![=]) {
         cx.error_at(span_of(&meta.path), format!("`{key}` takes {takes}"));
@@ -363,7 +363,7 @@ fn span_of(path: &Path) -> Span {
 }
 
 /// Consumes whatever value follows a key we reject, so parsing goes on to report the rest.
-fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
+pub fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
     if meta.input.peek(syn::Token![=]) {
         let _: syn::Expr = meta.value()?.parse()?;
     } else if meta.input.peek(syn::token::Paren) {

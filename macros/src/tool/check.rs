@@ -3,9 +3,8 @@
 use proc_macro2::Span;
 use syn::Type;
 
-use super::attr::StoryKind;
 use super::ctxt::{did_you_mean, Ctxt};
-use super::key::{Piece, CTX_FIELDS};
+use super::key::{Piece, Template, CTX_FIELDS};
 use super::model::{last_segment, ParamKind, Tool};
 
 /// The longest literal namespace: with a 64-hex hash after it, a key stays within 255 bytes.
@@ -16,13 +15,18 @@ pub fn check(cx: &Ctxt, tool: &Tool) {
     check_name(cx, &tool.name, tool.name_span, "tool name");
     check_params(cx, tool);
     check_settings(cx, tool);
-    if let Some(keyed) = &tool.keyed {
-        check_template(cx, tool);
+    if let Some(output) = &tool.output {
+        check_result(cx, output);
+    }
+    if let Some(keyed) = tool.keyed() {
+        if let Some(template) = &keyed.template {
+            check_template(cx, tool, template);
+        }
         if let Some((status, span)) = &keyed.status {
             check_name(cx, status, *span, "status tool name");
-            if keyed.template.uses_ctx("step") {
+            if let Some(template) = keyed.template.as_ref().filter(|t| t.uses_ctx("step")) {
                 cx.error_spanned_by(
-                    &keyed.template.lit,
+                    &template.lit,
                     "a status companion cannot find a key that uses `<ctx.step>`: the step of the call it asks about is not the step it runs in; key on business fields, or turn the companion off with `status = false`",
                 );
             }
@@ -90,9 +94,10 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
         cx.error_spanned_by(&tool.func.sig.inputs, "take `&ToolContext` once");
     }
     let key_fields: Vec<&str> = tool
-        .keyed
-        .iter()
-        .flat_map(|k| k.template.params())
+        .keyed()
+        .and_then(|k| k.template.as_ref())
+        .into_iter()
+        .flat_map(|t| t.params())
         .collect();
     for param in tool.model_params() {
         let is_key = key_fields.iter().any(|f| param.ident == f);
@@ -102,11 +107,11 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
                 format!("`{}` is part of the key, so it defines the action: a key field cannot be `#[arg(ignore)]`; remove `ignore`, or remove `<{}>` from the key", param.ident, param.ident),
             );
         }
-        if let (Some(span), false) = (param.exact, is_key) {
+        if let (Some(span), false) = (param.case_insensitive, is_key) {
             cx.error_at(
                 span,
                 format!(
-                    "`{}` is not in the key template: `key = \"exact\"` applies to key fields only",
+                    "`{}` is not in the key template: `key = \"case_insensitive\"` applies to key fields only",
                     param.ident
                 ),
             );
@@ -115,7 +120,7 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
 }
 
 fn check_settings(cx: &Ctxt, tool: &Tool) {
-    if tool.story != StoryKind::Idempotent {
+    if tool.keyed().is_none() {
         for (setting, span) in [
             ("lease", tool.lease.as_ref().map(|l| l.span)),
             ("retain", tool.retain.as_ref().map(|r| r.span)),
@@ -127,13 +132,8 @@ fn check_settings(cx: &Ctxt, tool: &Tool) {
     }
 }
 
-fn check_template(cx: &Ctxt, tool: &Tool) {
-    let keyed = tool.keyed.as_ref().expect("checked by caller");
-    let template = &keyed.template;
+fn check_template(cx: &Ctxt, tool: &Tool, template: &Template) {
     let lit = &template.lit;
-    if lit.value().is_empty() {
-        return; // already reported: `idempotent` without `key`
-    }
     let prefix = template.prefix();
     if prefix.is_empty() || !prefix.chars().any(char::is_alphanumeric) {
         cx.error_spanned_by(lit, "a key template starts with a literal namespace that names the action, as in `\"invoice:<customer>:<period>\"`");
@@ -155,6 +155,25 @@ fn check_template(cx: &Ctxt, tool: &Tool) {
             lit,
             "a key template without `<placeholder>`s gives every call the same key, so only the first would ever run; name the fields that identify the action, as in `\"invoice:<customer>:<period>\"`",
         );
+    }
+    for piece in &template.pieces {
+        let Piece::Literal(text) = piece else {
+            continue;
+        };
+        if let Some(c) = text
+            .chars()
+            .find(|c| matches!(c, '\\' | '#') || c.is_control())
+        {
+            let why = match c {
+                '\\' => "`\\`: it escapes characters inside key values".to_string(),
+                '#' => "`#`: it marks hashed keys".to_string(),
+                c => format!("the control character {c:?}: not every store can keep it"),
+            };
+            cx.error_spanned_by(
+                lit,
+                format!("the key template's literal text cannot hold {why}; use another separator, such as `:`, `/` or `-`"),
+            );
+        }
     }
     let mut seen: Vec<&Piece> = Vec::new();
     let mut previous: Option<&Piece> = None;
@@ -248,4 +267,87 @@ fn check_key_type(cx: &Ctxt, name: &str, ty: &Type) {
         _ => return,
     };
     cx.error_spanned_by(ty, format!("`{name}`: {why}"));
+}
+
+/// A result is recorded after the tool acted, as JSON: a type that cannot become JSON would turn
+/// an effect that happened into an unknown. Where the type shows it (a map keyed by something
+/// other than text, a number, a bool or a unit enum), say so at compile time.
+fn check_result(cx: &Ctxt, output: &Type) {
+    let Some(segment) = last_segment(output) else {
+        return;
+    };
+    let syn::PathArguments::AngleBracketed(args) = &segment.arguments else {
+        return;
+    };
+    if segment.ident != "Result" {
+        return;
+    }
+    if let Some(syn::GenericArgument::Type(ok)) = args.args.first() {
+        check_serializable(cx, ok, 0);
+    }
+}
+
+fn check_serializable(cx: &Ctxt, ty: &Type, depth: usize) {
+    if depth > 16 {
+        return;
+    }
+    match ty {
+        Type::Tuple(t) => t
+            .elems
+            .iter()
+            .for_each(|e| check_serializable(cx, e, depth + 1)),
+        Type::Array(a) => check_serializable(cx, &a.elem, depth + 1),
+        Type::Slice(s) => check_serializable(cx, &s.elem, depth + 1),
+        Type::Reference(r) => check_serializable(cx, &r.elem, depth + 1),
+        Type::Paren(p) => check_serializable(cx, &p.elem, depth + 1),
+        Type::Group(g) => check_serializable(cx, &g.elem, depth + 1),
+        Type::Path(path) => {
+            for segment in &path.path.segments {
+                let syn::PathArguments::AngleBracketed(args) = &segment.arguments else {
+                    continue;
+                };
+                let types: Vec<&Type> = args
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        syn::GenericArgument::Type(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect();
+                let is_map = ["HashMap", "BTreeMap", "IndexMap"]
+                    .iter()
+                    .any(|m| segment.ident == m);
+                if let (true, Some(key)) = (is_map, types.first()) {
+                    if !can_be_json_key(key) {
+                        cx.error_spanned_by(
+                            key,
+                            format!(
+                                "`{}` cannot be a map key in a tool result: JSON object keys are text, so the result could not be recorded after the tool acted; key the map by a String, an integer or a unit enum, or return a `Vec` of pairs",
+                                quote::quote!(#key).to_string().replace(' ', "")
+                            ),
+                        );
+                    }
+                }
+                for t in types {
+                    check_serializable(cx, t, depth + 1);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn can_be_json_key(ty: &Type) -> bool {
+    match ty {
+        Type::Tuple(_) | Type::Array(_) | Type::Slice(_) => false,
+        Type::Reference(r) => can_be_json_key(&r.elem),
+        Type::Paren(p) => can_be_json_key(&p.elem),
+        _ => !last_segment(ty).is_some_and(|s| {
+            [
+                "Vec", "VecDeque", "HashSet", "BTreeSet", "HashMap", "BTreeMap", "Option", "Value",
+            ]
+            .iter()
+            .any(|n| s.ident == n)
+        }),
+    }
 }

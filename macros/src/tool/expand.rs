@@ -4,9 +4,9 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::attr::StoryKind;
 use super::key::Piece;
-use super::model::{Param, ParamKind, Tool};
+use super::key::Template;
+use super::model::{Keyed, Param, ParamKind, Story, Tool};
 
 /// On error: the user's fn and the struct, so uses of either do not cascade into more errors.
 /// A fn with a `self` receiver sits in an `impl`, where a struct cannot go: the fn alone then.
@@ -47,10 +47,9 @@ pub fn expand(tool: &Tool) -> TokenStream {
         struct __Args { #(#fields,)* }
     };
 
-    let output = tool
-        .output
-        .as_ref()
-        .expect("checked: a tool returns Result");
+    let Some(output) = tool.output.as_ref() else {
+        return fallback(tool); // reported by `check`: a tool returns `Result`
+    };
     // Both uses of the return type name it as `<Output as IntoToolResult>`, spanned at the
     // return type: a type that is no tool result gets one error, on the user's return type.
     let as_result = quote_spanned!(output.span()=> <#output as #tk::IntoToolResult>);
@@ -59,8 +58,11 @@ pub fn expand(tool: &Tool) -> TokenStream {
         _ => None,
     });
     let description = &tool.description;
-    let story = story_tokens(&tk, tool.story);
-    let destructive = tool.keyed.as_ref().is_none_or(|k| k.destructive);
+    let story = story_tokens(&tk, &tool.story);
+    let not_destructive = tool
+        .keyed()
+        .is_some_and(|k| !k.destructive)
+        .then(|| quote!(.not_destructive()));
     let duration = |d: Option<std::time::Duration>| match d {
         Some(d) => {
             let ms = d.as_millis() as u64;
@@ -69,7 +71,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let timeout = duration(tool.timeout);
-    let wait = duration(tool.keyed.as_ref().and_then(|k| k.wait_in_progress));
+    let wait = duration(tool.keyed().and_then(|k| k.wait_in_progress));
     let lease = tool.lease.as_ref().map(|l| {
         let ms = l.value.as_millis() as u64;
         quote!(__settings.lease = ::core::time::Duration::from_millis(#ms);)
@@ -79,8 +81,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         quote!(__settings.retain = ::core::time::Duration::from_millis(#ms);)
     });
     let status_tool = tool
-        .keyed
-        .as_ref()
+        .keyed()
         .and_then(|k| k.status.as_ref())
         .map(|(status, _)| quote!(.with_status_tool(#status)));
 
@@ -123,7 +124,11 @@ pub fn expand(tool: &Tool) -> TokenStream {
         })
     };
 
-    let (key_items, prepare, companion) = match &tool.keyed {
+    // An `idempotent` tool whose template is missing was reported by `check` and never gets here.
+    let keyed = tool
+        .keyed()
+        .and_then(|k| k.template.as_ref().map(|t| (k, t)));
+    let (key_items, prepare, companion) = match keyed {
         None => (
             quote!(),
             quote! {
@@ -133,10 +138,9 @@ pub fn expand(tool: &Tool) -> TokenStream {
             },
             quote!(),
         ),
-        Some(keyed) => {
-            let key_fn = key_fn(tool, &tk);
-            let key_args: Vec<TokenStream> = keyed
-                .template
+        Some((keyed, template)) => {
+            let key_fn = key_fn(tool, keyed, template, &tk);
+            let key_args: Vec<TokenStream> = template
                 .params()
                 .map(|name| {
                     let ident = Ident::new(name, Span::call_site());
@@ -145,21 +149,31 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 .collect();
             // Key fields are left out: the normalized key already names them, and " ACME " and
             // "acme" are one customer, not a conflict.
-            let key_fields: Vec<&str> = keyed.template.params().collect();
+            let key_fields: Vec<&str> = template.params().collect();
             let fp_fields: Vec<&Param> = tool
                 .model_params()
                 .filter(|p| p.ignore.is_none() && !key_fields.iter().any(|k| p.ident == k))
                 .collect();
             let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
             let fp_types = fp_fields.iter().map(|p| &p.ty);
+            // A `#[schemars(with = ..)]` a parameter needs for its schema, it needs here too.
+            let fp_schemars = fp_fields.iter().map(|p| {
+                let attrs = p.forwarded.iter().filter(|a| a.path().is_ident("schemars"));
+                quote!(#(#attrs)*)
+            });
+            // The fingerprint's own schema says which arrays are sets, whose order is no part
+            // of the action; it is derived once per process.
             let fp_struct = quote! {
-                #[derive(#tk::serde::Serialize)]
+                #[derive(#tk::serde::Serialize, #tk::schemars::JsonSchema)]
                 #[serde(crate = #serde_path)]
+                #[schemars(crate = #schemars_path)]
                 struct __Fingerprint<'__a> {
-                    #(#fp_idents: &'__a #fp_types,)*
+                    #(#fp_schemars #fp_idents: &'__a #fp_types,)*
                     #[serde(skip)]
                     __lifetime: #tk::core::marker::PhantomData<&'__a ()>,
                 }
+                static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
+                    #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint<'static>>);
             };
             let (keep_raw, with_recover) = match &keyed.recover {
                 Some(recover) => (
@@ -179,38 +193,53 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #keep_raw
                 let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
                 let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #tk::fingerprint(&__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData })?;
+                let __fp = #tk::fingerprint(#name, &__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData }, &__FINGERPRINT_SCHEMA)?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
             let companion = keyed.status.as_ref().map(|(status, _)| {
                 let key_params: Vec<&Param> =
-                    keyed.template.params().filter_map(|n| tool.param(n)).collect();
-                let fields = key_params.iter().map(|p| {
+                    template.params().filter_map(|n| tool.param(n)).collect();
+                // The companion takes its target's whole argument set, so "call the status tool
+                // with the same arguments" works as written: the key fields as the target has
+                // them, every other field accepted whatever it holds, ignored, and said so.
+                let ignored_doc = format!(" Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.", status = status);
+                let fields = tool.model_params().map(|p| {
                     let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
-                    quote!(#(#docs)* #(#forwarded)* #ident: #ty)
+                    if key_params.iter().any(|k| k.ident == p.ident) {
+                        return quote!(#(#docs)* #(#forwarded)* #ident: #ty);
+                    }
+                    let renames = forwarded.iter().filter(|a| {
+                        a.path().is_ident("serde") && {
+                            let text = quote!(#a).to_string();
+                            text.contains("rename") || text.contains("alias")
+                        }
+                    });
+                    let schema_type = format!("::core::option::Option<{}>", quote!(#ty));
+                    quote! {
+                        #(#docs)*
+                        #[doc = ""]
+                        #[doc = #ignored_doc]
+                        #(#renames)*
+                        #[serde(default)]
+                        #[schemars(with = #schema_type)]
+                        #[allow(dead_code)]
+                        #ident: ::core::option::Option<#tk::Ignored>
+                    }
                 });
                 let args = key_params.iter().map(|p| {
                     let ident = &p.ident;
                     quote!(&__s.#ident)
                 });
-                let status_description = format!(
-                    "Read-only. Tells whether `{name}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it when a `{name}` call timed out or its outcome is unclear, before calling `{name}` again."
-                );
                 quote! {
                     fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
                         #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
                         #[serde(crate = #serde_path, deny_unknown_fields)]
                         #[schemars(crate = #schemars_path)]
                         struct __StatusArgs { #(#fields,)* }
-                        let __definition = #tk::ToolDefinition::new(
+                        ::core::option::Option::Some(#tk::status_companion(
+                            #name,
                             #status,
-                            #status_description,
                             #tk::schema_for::<__StatusArgs>(),
-                            #tk::Story::ReadOnly,
-                        )
-                        .with_annotations(#tk::Annotations::for_story(#tk::Story::ReadOnly, false));
-                        ::core::option::Option::Some(#tk::StatusCompanion::new(
-                            __definition,
                             #tk::std::boxed::Box::new(|__args, __ctx| {
                                 let __s: __StatusArgs = #tk::parse_args(#status, __args, #tk::schema_for::<__StatusArgs>)?;
                                 __key(__ctx, #(#args),*)
@@ -220,6 +249,20 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 }
             });
             (quote!(#key_fn #fp_struct), prepare, quote!(#companion))
+        }
+    };
+
+    // The body runs in a task of its own: its future must be `Send`. Checked here, spanned at
+    // the fn, so the error names the fn rather than the generated code.
+    let check_params = tool.params.iter().enumerate().map(|(i, p)| {
+        let (var, ty) = (format_ident!("__p{}", i), &p.ty);
+        quote!(#var: #ty)
+    });
+    let check_args = (0..tool.params.len()).map(|i| format_ident!("__p{}", i));
+    let send_check = quote_spanned! {func.sig.fn_token.span=>
+        #[allow(dead_code, clippy::all)]
+        fn __future_is_send(#(#check_params),*) {
+            #tk::assert_send_future(#fn_ident(#(#check_args),*));
         }
     };
 
@@ -234,6 +277,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         const _: () = {
             #args_struct
             #key_items
+            #send_check
 
             #[automatically_derived]
             impl #tk::Tool for #ident {
@@ -246,7 +290,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     #retain
                     #tk::ToolDefinition::new(#name, #description, #tk::schema_for::<__Args>(), #story)
                         .with_output_schema(#as_result::output_schema())
-                        .with_annotations(#tk::Annotations::for_story(#story, #destructive))
+                        .with_annotations(#tk::Annotations::for_story(#story) #not_destructive)
                         .with_settings(__settings)
                         #status_tool
                         #(#state_needs)*
@@ -266,40 +310,53 @@ pub fn expand(tool: &Tool) -> TokenStream {
     }
 }
 
-fn story_tokens(tk: &TokenStream, story: StoryKind) -> TokenStream {
+fn story_tokens(tk: &TokenStream, story: &Story) -> TokenStream {
     match story {
-        StoryKind::ReadOnly => quote!(#tk::Story::ReadOnly),
-        StoryKind::Idempotent => quote!(#tk::Story::Idempotent),
-        StoryKind::Natural => quote!(#tk::Story::Natural),
-        StoryKind::Unkeyed => quote!(#tk::Story::Unkeyed),
+        Story::ReadOnly => quote!(#tk::Story::ReadOnly),
+        Story::Idempotent(_) => quote!(#tk::Story::Idempotent),
+        Story::Natural => quote!(#tk::Story::Natural),
+        Story::Unkeyed => quote!(#tk::Story::Unkeyed),
     }
 }
 
 /// `fn __key(ctx, &customer, &period) -> Result<IdempotencyKey, ToolError>`. Each field goes in
 /// as `KeyBuilder::part::<Type>(..)`: the type written in turbofish keeps the user's span, so a
 /// type that is no `KeyPart` is reported once, on the parameter's type.
-fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
-    let keyed = tool.keyed.as_ref().expect("keyed");
-    let template = &keyed.template;
+fn key_fn(tool: &Tool, keyed: &Keyed, template: &Template, tk: &TokenStream) -> TokenStream {
     let prefix = template.prefix();
     let specials = template.specials();
-    let hash = keyed.hash;
+    let builder = if keyed.hash {
+        quote!(hashed)
+    } else {
+        quote!(new)
+    };
     let params: Vec<&Param> = template.params().filter_map(|n| tool.param(n)).collect();
     let idents: Vec<&Ident> = params.iter().map(|p| &p.ident).collect();
     let types: Vec<&syn::Type> = params.iter().map(|p| &p.ty).collect();
-    let steps = template.pieces.iter().skip(1).map(|piece| match piece {
-        Piece::Literal(text) => quote!(__k.literal(#text);),
-        Piece::Param(name) => {
-            let param = tool.param(name).expect("checked");
-            let (ident, ty) = (&param.ident, &param.ty);
-            let exact = param.exact.is_some();
-            quote!(#tk::KeyBuilder::part::<#ty>(&mut __k, #ident, #exact);)
-        }
-        Piece::Ctx(field) => {
-            let getter = format_ident!("ctx_{}", field);
-            quote!(__k.part(&#tk::#getter(__ctx)?, false);)
-        }
-    });
+    let steps = template
+        .pieces
+        .iter()
+        .skip(1)
+        .filter_map(|piece| match piece {
+            Piece::Literal(text) => Some(quote!(__k.literal(#text);)),
+            Piece::Param(name) => {
+                // An unknown placeholder was reported by `check`.
+                let param = tool.param(name)?;
+                let (ident, ty) = (&param.ident, &param.ty);
+                let field = ident.to_string();
+                let field = field.strip_prefix("r#").unwrap_or(&field).to_string();
+                let part = if param.case_insensitive.is_some() {
+                    quote!(part_case_insensitive)
+                } else {
+                    quote!(part)
+                };
+                Some(quote!(#tk::KeyBuilder::#part::<#ty>(&mut __k, #ident, #field);))
+            }
+            Piece::Ctx(field) => {
+                let getter = format_ident!("ctx_{}", field);
+                Some(quote!(__k.ctx_part(&#tk::#getter(__ctx)?, #field);))
+            }
+        });
     // A template that starts with a placeholder was rejected by `check`.
     quote! {
         #[allow(clippy::ptr_arg)]
@@ -307,9 +364,9 @@ fn key_fn(tool: &Tool, tk: &TokenStream) -> TokenStream {
             __ctx: &#tk::ToolContext,
             #(#idents: &#types),*
         ) -> ::core::result::Result<#tk::IdempotencyKey, #tk::ToolError> {
-            let mut __k = #tk::KeyBuilder::new(#prefix, #specials, #hash);
+            let mut __k = #tk::KeyBuilder::#builder(#prefix, #specials);
             #(#steps)*
-            ::core::result::Result::Ok(__k.finish())
+            __k.finish()
         }
     }
 }

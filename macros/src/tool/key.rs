@@ -29,13 +29,16 @@ impl Template {
         }
     }
 
-    /// Characters of the literal text that values must not contain unescaped.
+    /// Characters of the literal text after the namespace, which values escape: with them, no
+    /// value can forge the text between two parts, so two argument tuples never share a key.
+    /// The namespace itself needs none: it is the same fixed text at the start of every key.
     pub fn specials(&self) -> String {
         let mut specials: Vec<char> = self
             .pieces
             .iter()
+            .skip(1)
             .filter_map(|p| match p {
-                Piece::Literal(text) => Some(text.chars().filter(|c| !c.is_alphanumeric())),
+                Piece::Literal(text) => Some(text.chars()),
                 _ => None,
             })
             .flatten()

@@ -5,7 +5,7 @@ use std::time::Duration;
 use proc_macro2::{Ident, Span};
 use syn::{Attribute, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
-use super::attr::{Attr, Spanned, StoryKind};
+use super::attr::{skip_value, value, Attr, Spanned, StoryKind};
 use super::ctxt::Ctxt;
 use super::key::{self, Template};
 
@@ -15,8 +15,7 @@ pub struct Tool {
     pub name: String,
     pub name_span: Span,
     pub description: String,
-    pub story: StoryKind,
-    pub keyed: Option<Keyed>,
+    pub story: Story,
     pub timeout: Option<Duration>,
     pub lease: Option<Spanned<Duration>>,
     pub retain: Option<Spanned<Duration>>,
@@ -26,8 +25,18 @@ pub struct Tool {
     pub struct_ident: Ident,
 }
 
+/// What the tool does when called again, with what that story needs.
+pub enum Story {
+    ReadOnly,
+    /// `idempotent(...)`: the key and its options.
+    Idempotent(Keyed),
+    Natural,
+    Unkeyed,
+}
+
 pub struct Keyed {
-    pub template: Template,
+    /// The key template; `None` when `key` was missing or not a string (already reported).
+    pub template: Option<Template>,
     pub status: Option<(String, Span)>,
     pub hash: bool,
     pub recover: Option<Path>,
@@ -53,18 +62,16 @@ pub struct Param {
     pub forwarded: Vec<Attribute>,
     /// `#[arg(ignore)]`, with the span of `ignore`.
     pub ignore: Option<Span>,
-    /// `#[arg(key = "exact")]`, with the span of the literal.
-    pub exact: Option<Span>,
+    /// `#[arg(key = "case_insensitive")]`, with the span of the literal: the key part is
+    /// lowercased, so `"ACME"` and `"acme"` name one action.
+    pub case_insensitive: Option<Span>,
 }
 
 impl Tool {
     pub fn from_fn(cx: &Ctxt, attr: Attr, mut func: ItemFn) -> Tool {
         let params = parse_params(cx, &mut func);
         let keyed = attr.keyed.map(|k| Keyed {
-            template: match &k.key {
-                Some(lit) => key::parse(cx, lit),
-                None => key::parse(cx, &LitStr::new("", k.span)),
-            },
+            template: k.key.as_ref().map(|lit| key::parse(cx, lit)),
             status: match k.status {
                 Some(Spanned { value: None, .. }) => None,
                 Some(Spanned {
@@ -78,14 +85,18 @@ impl Tool {
             wait_in_progress: k.wait_in_progress,
             destructive: k.destructive,
         });
-        let story = match &attr.story {
-            Some(story) => story.value,
-            None => {
+        // The grammar gives `keyed` exactly when the (first) story is `idempotent`.
+        let story = match (attr.story.map(|s| s.value), keyed) {
+            (Some(StoryKind::Idempotent), Some(keyed)) => Story::Idempotent(keyed),
+            (Some(StoryKind::Natural), _) => Story::Natural,
+            (Some(StoryKind::Unkeyed), _) => Story::Unkeyed,
+            (Some(StoryKind::ReadOnly | StoryKind::Idempotent), _) => Story::ReadOnly,
+            (None, _) => {
                 cx.error_at(
                     Span::call_site(),
                     "`#[tool]` needs an idempotency story; expected one of: `read_only`, `idempotent(key = \"...\")`, `natural`, `unkeyed`",
                 );
-                StoryKind::ReadOnly
+                Story::ReadOnly
             }
         };
         let description = match &attr.description {
@@ -112,7 +123,6 @@ impl Tool {
             name_span,
             description,
             story,
-            keyed,
             timeout: attr.timeout.map(|t| t.value),
             lease: attr.lease,
             retain: attr.retain,
@@ -120,6 +130,14 @@ impl Tool {
             params,
             output,
             struct_ident,
+        }
+    }
+
+    /// The key and its options, for an `idempotent` tool.
+    pub fn keyed(&self) -> Option<&Keyed> {
+        match &self.story {
+            Story::Idempotent(keyed) => Some(keyed),
+            _ => None,
         }
     }
 
@@ -161,7 +179,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
         let mut docs = Vec::new();
         let mut forwarded = Vec::new();
         let mut ignore = None;
-        let mut exact = None;
+        let mut case_insensitive = None;
         let mut kept = Vec::new();
         for attr in pat_type.attrs.drain(..) {
             if attr.path().is_ident("doc") {
@@ -169,21 +187,24 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
             } else if attr.path().is_ident("serde") || attr.path().is_ident("schemars") {
                 forwarded.push(attr);
             } else if attr.path().is_ident("arg") {
+                // Every mistake inside `#[arg(..)]` is reported, and parsing goes on after it.
                 let parsed = attr.parse_nested_meta(|meta| {
                     if meta.path.is_ident("ignore") {
                         ignore = Some(meta.path.segments[0].ident.span());
-                        Ok(())
                     } else if meta.path.is_ident("key") {
-                        let lit: LitStr = meta.value()?.parse()?;
-                        if lit.value() == "exact" {
-                            exact = Some(lit.span());
-                        } else {
-                            cx.error_spanned_by(&lit, format!("invalid `key = \"{}\"`; the only choice is `key = \"exact\"` (keep case; trimming and NFC still apply)", lit.value()));
+                        let takes = "`\"case_insensitive\"`, as in `#[arg(key = \"case_insensitive\")]`";
+                        if let Some(lit) = value::<LitStr>(cx, &meta, takes)? {
+                            match lit.value().as_str() {
+                                "case_insensitive" => case_insensitive = Some(lit.span()),
+                                "exact" => cx.error_spanned_by(&lit, "key parts keep their case by default, so `key = \"exact\"` is not needed: remove it; `key = \"case_insensitive\"` is the other choice"),
+                                other => cx.error_spanned_by(&lit, format!("invalid `key = \"{other}\"`; the only choice is `key = \"case_insensitive\"` (lowercase the value in the key; trimming and NFC always apply)")),
+                            }
                         }
-                        Ok(())
                     } else {
-                        Err(meta.error("unknown `arg` key; expected `ignore` or `key = \"exact\"`"))
+                        cx.error_spanned_by(&meta.path, "unknown `arg` key; expected `ignore` or `key = \"case_insensitive\"`");
+                        skip_value(&meta)?;
                     }
+                    Ok(())
                 });
                 if let Err(err) = parsed {
                     cx.syn_error(err);
@@ -203,7 +224,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
         let ty = (*pat_type.ty).clone();
         let kind = classify(&ty);
         if !matches!(kind, ParamKind::Model) {
-            if let Some(span) = ignore.or(exact) {
+            if let Some(span) = ignore.or(case_insensitive) {
                 cx.error_at(span, format!("`{ident}` is injected by the toolbox, not filled by the model: `#[arg(..)]` applies to model-visible parameters only"));
             }
         }
@@ -214,7 +235,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
             docs,
             forwarded,
             ignore,
-            exact,
+            case_insensitive,
         });
     }
     params

@@ -14,6 +14,7 @@ fn send_invoice(args: TokenStream) -> TokenStream {
             billing: State<Billing>,
             ctx: &ToolContext,
             /// Customer ID, for example "acme".
+            #[arg(key = "case_insensitive")]
             customer: String,
             /// Billing period as YYYY-MM, for example "2026-10".
             period: String,

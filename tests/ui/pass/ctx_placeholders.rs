@@ -20,6 +20,6 @@ fn main() {
     let call = Refund.prepare(serde_json::json!({"order": "o-1"}), &ctx).unwrap();
     assert_eq!(call.key().unwrap().as_str(), "refund:run-7:4");
     let call = HandleEvent.prepare(serde_json::json!({"kind": "Paid"}), &ctx).unwrap();
-    assert_eq!(call.key().unwrap().as_str(), "event:acme-corp:evt-1:paid");
+    assert_eq!(call.key().unwrap().as_str(), "event:acme-corp:evt-1:Paid");
     assert_eq!(HandleEvent.definition().status_tool(), Some("handle_event_status"));
 }

@@ -1,4 +1,4 @@
-// Every kind of key part: strings (normalized or exact), integers, bool, char, uuid, unit enums.
+// Every kind of key part: strings (case kept, or case-insensitive), integers, bool, char, uuid, unit enums.
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolkey::{tool, KeyPart, Tool, ToolContext, ToolError};
@@ -19,7 +19,7 @@ async fn book_seat(
     window: bool,
     plan: Plan,
     passenger: uuid::Uuid,
-    #[arg(key = "exact")]
+    #[arg(key = "case_insensitive")]
     code: String,
     small: u8,
 ) -> Result<(), ToolError> {
@@ -42,6 +42,6 @@ fn main() {
     let call = BookSeat.prepare(args, &ctx).unwrap();
     assert_eq!(
         call.key().unwrap().as_str(),
-        "seat:4711:-3:c:true:pro_plus:67e55044-10b1-426f-9247-bb680e5fe0c8:AbC"
+        "seat:4711:-3:C:true:pro_plus:67e55044-10b1-426f-9247-bb680e5fe0c8:abc"
     );
 }

@@ -1,0 +1,648 @@
+//! Keys and steps that cannot collide, and answers a model can follow: every scenario is
+//! counted on a fake outside system (payments, emails, refunds), and ends with an exact count.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::{json, Value};
+use toolkey::store::{
+    MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
+};
+use toolkey::{tool, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox};
+
+fn ctx() -> ToolContext {
+    ToolContext::new("run-1").tenant("acme-corp")
+}
+
+/// The outside world: every effect, named.
+#[derive(Default)]
+struct Outside {
+    effects: Mutex<Vec<String>>,
+    fail_receipt_once: AtomicBool,
+    ship_reply_lost_once: AtomicBool,
+}
+
+impl Outside {
+    fn act(&self, what: impl Into<String>) -> usize {
+        let mut effects = self.effects.lock().unwrap();
+        effects.push(what.into());
+        effects.len()
+    }
+    fn count(&self, prefix: &str) -> usize {
+        let effects = self.effects.lock().unwrap();
+        effects.iter().filter(|e| e.starts_with(prefix)).count()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. A step's record lives under its parent's whole key.
+
+/// Sends the invoice, then emails it.
+#[tool(idempotent(key = "invoice:<customer>:<period>", status = false))]
+async fn bill(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    customer: String,
+    period: String,
+) -> Result<String, ToolError> {
+    ctx.once("email", async {
+        Ok::<_, ToolError>(format!(
+            "email-{}-invoice-{customer}-{period}",
+            out.act("email:invoice")
+        ))
+    })
+    .await
+}
+
+/// Sends a reminder for the same customer and period, by email too.
+#[tool(idempotent(key = "reminder:<customer>:<period>", status = false))]
+async fn remind(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    customer: String,
+    period: String,
+) -> Result<String, ToolError> {
+    ctx.once("email", async {
+        Ok::<_, ToolError>(format!(
+            "email-{}-reminder-{customer}-{period}",
+            out.act("email:reminder")
+        ))
+    })
+    .await
+}
+
+/// Charges an order: its one step is named like the tool's own namespace.
+#[tool(idempotent(key = "charge:<order>", status = false))]
+async fn charge(out: State<Outside>, ctx: &ToolContext, order: String) -> Result<usize, ToolError> {
+    ctx.once("charge", async {
+        Ok::<_, ToolError>(out.act(format!("charge:{order}")))
+    })
+    .await
+}
+
+fn toolbox(out: &Arc<Outside>) -> Toolbox {
+    Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(Bill)
+        .tool(Remind)
+        .tool(Charge)
+        .tool(Pay)
+        .tool(Ship)
+        .tool(ShipNoHook)
+        .tool(Refund)
+        .tool(Pair)
+        .tool(Tag)
+        .tool(Statement)
+        .tool(Layout)
+        .tool(Void)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn steps_of_two_tools_with_one_name_are_two_records() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let args = json!({"customer": "acme", "period": "2026-10"});
+    let invoice = tb.call("bill", args.clone(), &ctx()).await.unwrap();
+    let reminder = tb.call("remind", args.clone(), &ctx()).await.unwrap();
+    assert_eq!(invoice.value, json!("email-1-invoice-acme-2026-10"));
+    assert_eq!(reminder.value, json!("email-2-reminder-acme-2026-10"));
+    assert!(!reminder.replayed);
+    // Retries replay each tool's own result.
+    let again = tb.call("remind", args, &ctx()).await.unwrap();
+    assert_eq!((again.value, again.replayed), (reminder.value, true));
+    assert_eq!(out.count("email:invoice"), 1);
+    assert_eq!(out.count("email:reminder"), 1);
+}
+
+#[tokio::test]
+async fn a_step_named_like_its_tool_is_not_the_tool_itself() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let first = tb
+        .call("charge", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(first.value, json!(1));
+    let again = tb
+        .call("charge", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((again.value, again.replayed), (json!(1), true));
+    assert_eq!(out.count("charge:o-1"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Steps are bound to their parent's fingerprint.
+
+/// Charges the order's amount, then sends a receipt (whose first attempt fails retryably).
+#[tool(idempotent(key = "pay:<order>", status = false))]
+async fn pay(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+    cents: i64,
+) -> Result<String, ToolError> {
+    let charge: String = ctx
+        .once("charge", async {
+            out.act(format!("charge:{cents}"));
+            Ok::<_, ToolError>(format!("ch-{order}-{cents}"))
+        })
+        .await?;
+    ctx.once("receipt", async {
+        if out.fail_receipt_once.swap(false, Ordering::SeqCst) {
+            return Err(ToolError::new("MAIL_DOWN", "mail server down").retryable(true));
+        }
+        out.act("receipt");
+        Ok(())
+    })
+    .await?;
+    Ok(charge)
+}
+
+#[tokio::test]
+async fn a_finished_step_is_never_replayed_into_a_call_with_other_arguments() {
+    let out = Arc::new(Outside::default());
+    out.fail_receipt_once.store(true, Ordering::SeqCst);
+    let tb = toolbox(&out);
+    let err = tb
+        .call("pay", json!({"order": "o-7", "cents": 500}), &ctx())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "MAIL_DOWN");
+    assert!(err.is_retryable());
+
+    // Same key, other amount: the 500-cent charge must not answer a 900-cent payment.
+    let err = tb
+        .call("pay", json!({"order": "o-7", "cents": 900}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert!(!err.is_retryable());
+    assert_eq!(out.count("charge:"), 1);
+
+    // The conflicting call left the key free for the action it belongs to: its retry finishes.
+    let done = tb
+        .call("pay", json!({"order": "o-7", "cents": 500}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(done.value, json!("ch-o-7-500"));
+    assert_eq!((out.count("charge:500"), out.count("charge:900")), (1, 0));
+    assert_eq!(out.count("receipt"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Different argument tuples never share a key.
+
+/// Pairs two values around a letter of literal text.
+#[tool(idempotent(key = "pair:<a>x<b>", status = false))]
+async fn pair(out: State<Outside>, a: String, b: String) -> Result<String, ToolError> {
+    out.act(format!("pair:{a}|{b}"));
+    Ok(format!("{a}|{b}"))
+}
+
+#[tokio::test]
+async fn a_value_cannot_forge_literal_text_even_a_letter() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let one = tb
+        .call("pair", json!({"a": "1x2", "b": "3"}), &ctx())
+        .await
+        .unwrap();
+    let two = tb
+        .call("pair", json!({"a": "1", "b": "2x3"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(one.value, json!("1x2|3"));
+    assert_eq!(two.value, json!("1|2x3"));
+    assert!(!two.replayed);
+    assert_eq!(out.count("pair:"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Identifiers keep their case unless the author says otherwise.
+
+/// Refunds a charge.
+#[tool(idempotent(key = "refund:<charge_id>", status = "refund_status"))]
+async fn refund(out: State<Outside>, charge_id: String, cents: i64) -> Result<String, ToolError> {
+    Ok(format!(
+        "re-{}-{charge_id}-{cents}",
+        out.act(format!("refund:{charge_id}"))
+    ))
+}
+
+#[tokio::test]
+async fn charge_ids_differing_only_in_case_are_two_refunds() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let a = tb
+        .call(
+            "refund",
+            json!({"charge_id": "ch_3MtwBw", "cents": 100}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    let b = tb
+        .call(
+            "refund",
+            json!({"charge_id": "ch_3mtwbw", "cents": 100}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert!(!b.replayed);
+    assert_ne!(a.value, b.value);
+    // Surrounding white space is still not a new charge.
+    let c = tb
+        .call(
+            "refund",
+            json!({"charge_id": " ch_3MtwBw ", "cents": 100}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert!(c.replayed);
+    assert_eq!(out.count("refund:"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. An effect that happened is never recorded as failed.
+
+/// A layout whose map is keyed by pairs: the type does not show it, so only running finds out.
+#[derive(Serialize, schemars::JsonSchema)]
+struct SeatLayout {
+    seats: HashMap<Seat, String>,
+}
+
+#[derive(Serialize, schemars::JsonSchema, PartialEq, Eq, Hash)]
+struct Seat {
+    row: u32,
+    letter: char,
+}
+
+/// Assigns seats on a flight and returns the layout.
+#[tool(idempotent(key = "layout:<flight>", status = "layout_status"))]
+async fn layout(out: State<Outside>, flight: u32) -> Result<SeatLayout, ToolError> {
+    out.act(format!("layout:{flight}"));
+    let mut seats = HashMap::new();
+    seats.insert(
+        Seat {
+            row: 1,
+            letter: 'A',
+        },
+        "taken".to_string(),
+    );
+    Ok(SeatLayout { seats })
+}
+
+#[tokio::test]
+async fn a_result_that_cannot_be_recorded_is_unknown_not_failed() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let err = tb
+        .call("layout", json!({"flight": 7}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    assert!(err.message().contains("acted"), "{err}");
+    assert!(!err.is_retryable());
+    let status = tb
+        .call("layout_status", json!({"flight": 7}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "unknown");
+    let again = tb
+        .call("layout", json!({"flight": 7}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(again.is(ErrorCode::OutcomeUnknown));
+    assert_eq!(out.count("layout:"), 1, "the retry did not act again");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. An unknown step has a way out, and "retryable" is only said when a retry can succeed.
+
+/// Ships an order in one step whose first reply is lost; the recover hook looks the shipment up.
+#[tool(idempotent(key = "ship:<order>", status = false, recover = find_shipment))]
+async fn ship(out: State<Outside>, ctx: &ToolContext, order: String) -> Result<String, ToolError> {
+    ship_once(&out, ctx, &order).await
+}
+
+async fn ship_once(out: &Outside, ctx: &ToolContext, order: &str) -> Result<String, ToolError> {
+    ctx.once("label", async {
+        if out.ship_reply_lost_once.swap(false, Ordering::SeqCst) {
+            // The request never reached the carrier, but the client cannot tell.
+            return Err(ToolError::outcome_unknown("the carrier did not answer"));
+        }
+        Ok::<_, ToolError>(format!(
+            "label-{}-{order}",
+            out.act(format!("ship:{order}"))
+        ))
+    })
+    .await
+}
+
+/// Looks for a shipment of the order at the carrier.
+async fn find_shipment(
+    out: State<Outside>,
+    _ctx: &ToolContext,
+    order: String,
+) -> Result<Option<String>, ToolError> {
+    out.act("lookup");
+    Ok(out
+        .effects
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|e| *e == format!("ship:{order}"))
+        .map(|i| format!("label-{}-{order}", i + 1)))
+}
+
+/// The same shipping tool, without a recover hook.
+#[tool(idempotent(key = "ship-plain:<order>", status = false))]
+async fn ship_no_hook(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+) -> Result<String, ToolError> {
+    ship_once(&out, ctx, &order).await
+}
+
+#[tokio::test]
+async fn an_unknown_step_is_run_again_once_the_recover_hook_finds_nothing() {
+    let out = Arc::new(Outside::default());
+    out.ship_reply_lost_once.store(true, Ordering::SeqCst);
+    let tb = toolbox(&out);
+    let err = tb
+        .call("ship", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown));
+    assert!(err.is_retryable(), "the retry looks before it acts");
+    // The retry the answer invites succeeds: the hook finds nothing, the step runs again.
+    let out2 = tb
+        .call("ship", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out2.value, json!("label-2-o-3"));
+    let again = tb
+        .call("ship", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(out.count("ship:"), 1);
+    assert_eq!(out.count("lookup"), 1);
+}
+
+#[tokio::test]
+async fn without_a_hook_an_unknown_step_is_never_called_retryable() {
+    let out = Arc::new(Outside::default());
+    out.ship_reply_lost_once.store(true, Ordering::SeqCst);
+    let tb = toolbox(&out);
+    for _ in 0..3 {
+        let err = tb
+            .call("ship_no_hook", json!({"order": "o-4"}), &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::OutcomeUnknown));
+        assert!(!err.is_retryable(), "nothing a retry does can change it");
+    }
+    assert_eq!(out.count("ship:"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Equal arguments have equal fingerprints, whatever their representation.
+
+/// Tags a document with a set of labels and per-label weights.
+#[tool(idempotent(key = "tag:<doc>", status = false))]
+async fn tag(
+    out: State<Outside>,
+    doc: String,
+    labels: HashSet<String>,
+    weights: HashMap<u32, HashSet<i64>>,
+) -> Result<usize, ToolError> {
+    let _ = (labels, weights);
+    Ok(out.act(format!("tag:{doc}")))
+}
+
+#[tokio::test]
+async fn the_same_set_retried_is_a_replay_in_any_order() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let labels: Vec<String> = (0..40).map(|i| format!("label-{i}")).collect();
+    let args = json!({"doc": "d-1", "labels": labels, "weights": {"1": [3, 1, 2], "7": []}});
+    tb.call("tag", args.clone(), &ctx()).await.unwrap();
+    for _ in 0..20 {
+        let again = tb.call("tag", args.clone(), &ctx()).await.unwrap();
+        assert!(again.replayed);
+    }
+    let mut reversed = labels.clone();
+    reversed.reverse();
+    let reordered = json!({"doc": "d-1", "labels": reversed, "weights": {"7": [], "1": [2, 3, 1]}});
+    assert!(tb.call("tag", reordered, &ctx()).await.unwrap().replayed);
+    let other = json!({"doc": "d-1", "labels": ["label-0"], "weights": {}});
+    let err = tb.call("tag", other, &ctx()).await.unwrap_err();
+    assert!(err.is(ErrorCode::Conflict));
+    assert_eq!(out.count("tag:"), 1);
+}
+
+/// Voids an invoice: same template as `bill`, another action.
+#[tool(idempotent(key = "invoice:<customer>:<period>", status = false))]
+async fn void(out: State<Outside>, customer: String, period: String) -> Result<String, ToolError> {
+    out.act("void");
+    Ok(format!("void-{customer}-{period}"))
+}
+
+#[tokio::test]
+async fn two_tools_sharing_a_template_conflict_instead_of_replaying_each_other() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let args = json!({"customer": "acme", "period": "2026-10"});
+    tb.call("bill", args.clone(), &ctx()).await.unwrap();
+    let err = tb.call("void", args, &ctx()).await.unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert_eq!((out.count("email:"), out.count("void")), (1, 0));
+}
+
+#[test]
+fn fingerprints_ignore_set_order_through_prepare() {
+    let ctx = ctx();
+    let fp = |args: Value| *Tag.prepare(args, &ctx).unwrap().fingerprint().unwrap();
+    let a = fp(json!({"doc": "d", "labels": ["x", "y", "z"], "weights": {"2": [1, 2]}}));
+    let b = fp(json!({"doc": "d", "labels": ["z", "x", "y"], "weights": {"2": [2, 1]}}));
+    let c = fp(json!({"doc": "d", "labels": ["x", "y"], "weights": {"2": [1, 2]}}));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let _: Fingerprint = a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Bad key values never reach a store.
+
+/// Counts every operation that reaches the store underneath.
+struct Counting {
+    inner: MemoryStore,
+    ops: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for Counting {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.reserve(key, fp, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.complete(key, token, outcome, retain).await
+    }
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew(key, token, lease).await
+    }
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.mark_unknown(key, token).await
+    }
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.take_over(key, stale, lease).await
+    }
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.ops.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.inner.purge_expired().await
+    }
+    async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
+        self.inner.now().await
+    }
+}
+
+#[tokio::test]
+async fn control_characters_in_key_values_are_invalid_arguments_before_any_store() {
+    let out = Arc::new(Outside::default());
+    let store = Arc::new(Counting {
+        inner: MemoryStore::new(),
+        ops: AtomicUsize::new(0),
+    });
+    let tb = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(out.clone())
+        .tool(Refund)
+        .build()
+        .unwrap();
+    for bad in ["ch_\u{0}1", "ch_\u{1b}[2J", "ch\u{7f}"] {
+        for name in ["refund", "refund_status"] {
+            let err = tb
+                .call(name, json!({"charge_id": bad, "cents": 1}), &ctx())
+                .await
+                .unwrap_err();
+            assert!(err.is(ErrorCode::InvalidArguments), "{name}: {err:?}");
+            assert!(!err.is_retryable(), "the same value is refused again");
+            assert!(!err.to_json().to_string().contains(bad));
+        }
+    }
+    assert_eq!(store.ops.load(Ordering::SeqCst), 0, "no store saw them");
+    assert_eq!(out.count("refund:"), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. A step's panic names the step and the key's hash, never its values.
+
+/// Sends a customer's statement; its email step panics.
+#[tool(idempotent(key = "statement:<email>", status = false))]
+async fn statement(ctx: &ToolContext, email: String) -> Result<(), ToolError> {
+    ctx.once("send", async {
+        if !email.is_empty() {
+            panic!("smtp refused");
+        }
+        Ok::<_, ToolError>(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_panicking_step_names_itself_and_a_hash_not_the_key() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let err = tb
+        .call(
+            "statement",
+            json!({"email": "jane.doe@example.com"}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    let text = err.to_json().to_string();
+    assert!(err.is(ErrorCode::OutcomeUnknown));
+    assert!(text.contains("step `send`"), "{text}");
+    assert!(text.contains("key hash"), "{text}");
+    assert!(!text.contains("jane"), "{text}");
+    assert!(!text.contains("example.com"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. The timeout's suggestion can be followed literally.
+
+#[tokio::test]
+async fn the_status_tool_takes_the_same_arguments_as_its_tool() {
+    let out = Arc::new(Outside::default());
+    let tb = toolbox(&out);
+    let args = json!({"charge_id": "ch_1", "cents": 250});
+    tb.call("refund", args.clone(), &ctx()).await.unwrap();
+    let status = tb.call("refund_status", args, &ctx()).await.unwrap();
+    assert_eq!(status.value["status"], "completed");
+    assert_eq!(status.value["result"], json!("re-1-ch_1-250"));
+    // Key fields are still required, and other fields accept whatever the tool's call held.
+    let err = tb
+        .call("refund_status", json!({"cents": 250}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments));
+    let schema = tb
+        .definition("refund_status")
+        .unwrap()
+        .input_schema()
+        .clone();
+    assert_eq!(schema["required"], json!(["charge_id"]));
+    let cents = &schema["properties"]["cents"];
+    assert!(
+        cents["description"]
+            .as_str()
+            .unwrap()
+            .contains("Ignored by `refund_status`"),
+        "{schema}"
+    );
+}
