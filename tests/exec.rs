@@ -108,7 +108,7 @@ async fn five_ways(store: Arc<dyn Store>) {
     codes.sort();
     assert_eq!(codes, ["IN_PROGRESS", "TIMEOUT"]);
 
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     assert_eq!(billing.count(), 2, "exactly two invoices on the ledger");
     let stats = toolbox.stats();
     assert_eq!(
@@ -408,7 +408,7 @@ async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
         .unwrap();
     assert_eq!(status.value["status"], "in_progress");
     assert!(status.value["since"].is_string());
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     let status = toolbox
         .call("invoice_status", key.clone(), &ctx)
         .await
@@ -485,7 +485,7 @@ async fn a_dropped_caller_neither_cancels_the_body_nor_releases_its_key() {
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::InProgress));
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     assert_eq!(billing.count(), 1);
     assert!(
         toolbox
@@ -506,6 +506,7 @@ impl Store for Down {
         &self,
         _: &RecordKey,
         _: &Fingerprint,
+        _: &Token,
         _: Duration,
     ) -> Result<Reservation, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
@@ -575,7 +576,7 @@ async fn an_unreachable_store_fails_closed() {
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::StoreUnavailable));
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     assert_eq!(billing.count(), 0);
 }
 
@@ -678,7 +679,7 @@ async fn unkeyed_tools_need_an_approver_and_their_timeouts_are_not_retryable() {
     assert!(err.is(ErrorCode::Timeout));
     assert!(!err.is_retryable());
     assert!(err.suggestion_text().unwrap().contains("do not repeat"));
-    refusing.shutdown().await;
+    assert!(refusing.shutdown().await.is_clean());
     assert_eq!(posted.load(Ordering::SeqCst), 1);
 }
 
@@ -735,7 +736,12 @@ async fn crashed_worker(store: &MemoryStore, tool: &dyn Tool, order: &str) {
     let call = tool.prepare(json!({"order": order}), &ctx()).unwrap();
     let key = RecordKey::new("acme-corp", call.key().unwrap().as_str());
     let reserved = store
-        .reserve(&key, call.fingerprint().unwrap(), Duration::from_secs(30))
+        .reserve(
+            &key,
+            call.fingerprint().unwrap(),
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(30),
+        )
         .await
         .unwrap();
     assert!(matches!(reserved, Reservation::Reserved(_)));

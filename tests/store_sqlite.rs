@@ -144,6 +144,7 @@ async fn hammer_child() {
             .reserve(
                 &RecordKey::new("hammer", &key),
                 &fp,
+                &toolkey::store::Token::generate(),
                 Duration::from_secs(300),
             )
             .await
@@ -200,7 +201,12 @@ async fn a_renewal_behind_another_writer_is_measured_from_after_the_wait() {
     let key = RecordKey::new("contended", "renew");
     let fp = Fingerprint::of(&json!({"n": 1})).unwrap();
     let Reservation::Reserved(token) = store
-        .reserve(&key, &fp, Duration::from_secs(2))
+        .reserve(
+            &key,
+            &fp,
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(2),
+        )
         .await
         .unwrap()
     else {

@@ -10,6 +10,7 @@ mod exec;
 mod export;
 mod fingerprint;
 mod key;
+mod lease;
 pub mod providers;
 pub mod store;
 mod texts;
@@ -24,6 +25,7 @@ pub use context::{State, StateMap, ToolContext};
 pub use error::{ErrorCode, ToolError};
 pub use fingerprint::{canonical_json, Fingerprint};
 pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
+pub use lease::{ShutdownReport, Unrecorded};
 pub use tool::{
     Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
     StatusCompanion, Story, Tool, ToolDefinition,

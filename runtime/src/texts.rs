@@ -28,3 +28,12 @@ pub(crate) fn step_unknown(step: &str) -> ToolError {
         "step `{step}` started earlier and never recorded whether it acted"
     ))
 }
+
+/// The work finished, but its lease had lapsed and another call took the key over.
+pub(crate) fn lease_lost(what: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::LeaseLost,
+        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),
+    )
+    .suggestion("do not repeat the action; ask a person to check the outside system for a duplicate")
+}

@@ -4,6 +4,10 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `shutdown` waits for outcomes the store did not take at once, unless set.
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
@@ -12,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::context::StateMap;
 use crate::exec::{self, panicked, store_error};
+use crate::lease::{Recorder, ShutdownReport};
 use crate::store::{MemoryStore, Outcome, Record, RecordKey, Store};
 use crate::tool::{Invocation, KeyFn, Story, Tool, ToolDefinition};
 use crate::{ErrorCode, ToolContext, ToolError};
@@ -151,6 +156,8 @@ pub(crate) struct Inner {
     approver: Option<Arc<dyn Approver>>,
     pub(crate) stats: Counters,
     tracker: TaskTracker,
+    pub(crate) recorder: Arc<Recorder>,
+    shutdown_grace: Duration,
 }
 
 /// A set of tools, the store that enforces their keys, and the state they share.
@@ -174,6 +181,7 @@ pub struct ToolboxBuilder {
     tools: Vec<Box<dyn Tool>>,
     approver: Option<Arc<dyn Approver>>,
     timeouts: HashMap<String, Option<std::time::Duration>>,
+    shutdown_grace: Option<Duration>,
 }
 
 impl ToolboxBuilder {
@@ -185,6 +193,13 @@ impl ToolboxBuilder {
         timeout: Option<std::time::Duration>,
     ) -> Self {
         self.timeouts.insert(tool.into(), timeout);
+        self
+    }
+
+    /// How long [`Toolbox::shutdown`] waits, after the bodies ended, for outcomes the store did
+    /// not take at once (default 10 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = Some(grace);
         self
     }
 
@@ -293,6 +308,8 @@ impl ToolboxBuilder {
                 approver: self.approver,
                 stats: Counters::default(),
                 tracker: TaskTracker::new(),
+                recorder: Arc::default(),
+                shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             }),
         })
     }
@@ -435,11 +452,19 @@ impl Toolbox {
         })
     }
 
-    /// Waits for every body still running (after its caller timed out or went away).
-    pub async fn shutdown(&self) {
+    /// Waits for every body still running (after its caller timed out or went away), then, up
+    /// to the shutdown grace ([`ToolboxBuilder::shutdown_grace`]), for the outcomes the store
+    /// did not take at once, and reports those it still has not taken.
+    ///
+    /// An outcome the store refused (a dropped connection) is never only logged: it is retried,
+    /// under the call's renewed lease, until the store takes it or the process exits. Call this
+    /// before the process exits, and log or act on [`ShutdownReport::unrecorded`]: each entry is a
+    /// key whose work ended and whose record will read as unknown once its lease lapses.
+    pub async fn shutdown(&self) -> ShutdownReport {
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
         self.inner.tracker.reopen();
+        self.inner.recorder.drain(self.inner.shutdown_grace).await
     }
 
     async fn status(

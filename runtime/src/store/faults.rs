@@ -11,7 +11,7 @@
 //! ```
 //! use std::time::Duration;
 //! use toolkey_runtime::store::faults::{Fault, FaultyStore, Op, Plan};
-//! use toolkey_runtime::store::{MemoryStore, RecordKey, Reservation, Store, StoreError};
+//! use toolkey_runtime::store::{MemoryStore, RecordKey, Reservation, Store, StoreError, Token};
 //! use toolkey_runtime::Fingerprint;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -25,12 +25,12 @@
 //! let fp = Fingerprint::of(&serde_json::json!({"amount": 5})).unwrap();
 //! let lease = Duration::from_secs(30);
 //! assert!(matches!(
-//!     store.reserve(&key, &fp, lease).await,
+//!     store.reserve(&key, &fp, &Token::generate(), lease).await,
 //!     Err(StoreError::Unavailable(_))
 //! ));
 //! // The write happened: the key is held by a reservation nobody was told about.
 //! assert!(matches!(
-//!     store.reserve(&key, &fp, lease).await,
+//!     store.reserve(&key, &fp, &Token::generate(), lease).await,
 //!     Ok(Reservation::Existing(_))
 //! ));
 //! assert_eq!(store.injected().lost_replies, 1);
@@ -334,10 +334,14 @@ impl<S: Store> Store for FaultyStore<S> {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        self.run(Op::Reserve, self.inner.reserve(key, fingerprint, lease))
-            .await
+        self.run(
+            Op::Reserve,
+            self.inner.reserve(key, fingerprint, token, lease),
+        )
+        .await
     }
     async fn complete(
         &self,
@@ -412,9 +416,15 @@ mod tests {
             ]),
         );
         let lease = Duration::from_secs(30);
-        assert!(store.reserve(&key(), &fp(), lease).await.is_err());
+        assert!(store
+            .reserve(&key(), &fp(), &Token::generate(), lease)
+            .await
+            .is_err());
         assert_eq!(store.inner().get(&key()).await.unwrap(), None);
-        assert!(store.reserve(&key(), &fp(), lease).await.is_err());
+        assert!(store
+            .reserve(&key(), &fp(), &Token::generate(), lease)
+            .await
+            .is_err());
         assert!(matches!(
             store.inner().get(&key()).await.unwrap(),
             Some(Record::InProgress { .. })
@@ -436,7 +446,7 @@ mod tests {
             Plan::script([(Op::Release, Fault::FailBefore)]),
         );
         let Reservation::Reserved(token) = store
-            .reserve(&key(), &fp(), Duration::from_secs(30))
+            .reserve(&key(), &fp(), &Token::generate(), Duration::from_secs(30))
             .await
             .unwrap()
         else {

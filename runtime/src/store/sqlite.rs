@@ -313,13 +313,13 @@ impl Store for SqliteStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let (key, fp) = (key.clone(), fingerprint.to_hex());
+        let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
         // The write lock is taken before anything is read: of two processes reserving one key,
         // the second reads the first's committed row.
         self.write(move |tx, now| {
-            let token = Token::generate();
             let lease_until = now.saturating_add(span_ms(lease));
             let inserted = fenced(
                 tx,
