@@ -363,6 +363,10 @@ where
     F: Future<Output = T> + Send,
 {
     let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
+    // A task spawned from a worker thread waits in that worker's own slot, which no other worker
+    // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
+    // worker handles) before a body that blocks this thread can keep it there.
+    tokio::task::yield_now().await;
     let done = AssertUnwindSafe(work).catch_unwind().await;
     if renewal.lost() {
         tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");
