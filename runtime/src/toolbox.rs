@@ -366,6 +366,16 @@ impl Toolbox {
     /// Keyed tools reserve their key before the body runs; the body runs in a task of its own,
     /// so when the tool's `timeout` passes — or this future is dropped — the caller stops
     /// waiting but the body goes on and records its outcome.
+    ///
+    /// # Blocking work
+    ///
+    /// While a keyed body runs, its lease is renewed from a separate task, so a body that blocks
+    /// its thread (a synchronous client, a CPU-heavy step) keeps its key — as long as the
+    /// runtime has another thread to renew from. On a current-thread runtime, or a multi-thread
+    /// runtime whose every worker is blocked, nothing renews and the lease lapses: another call
+    /// may then take the key over. Run blocking work with [`tokio::task::spawn_blocking`] (or
+    /// `block_in_place`) inside the body. If a lease is lost anyway, the call does not claim
+    /// success: it answers `LEASE_LOST` ("the action may have happened twice") and logs it.
     pub async fn call(
         &self,
         name: &str,
