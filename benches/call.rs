@@ -1,6 +1,6 @@
 //! What keys, fingerprints and the store cost on the call path, as ratios to a direct call.
 //!
-//! `cargo bench --bench call`
+//! `cargo bench -p toolkey-tests --bench call`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let ctx = ToolContext::new("bench").tenant("acme");
+    let ctx = ToolContext::new("bench").with_tenant("acme");
     let ledger = Arc::new(Ledger::default());
     let mut group = c.benchmark_group("call");
 

@@ -8,7 +8,7 @@
 //! those in `runtime/src/store/{postgres,redis}.rs`.
 //!
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
-//! `cargo bench --features postgres,redis --bench stores`.
+//! `cargo bench -p toolkey-tests --features postgres,redis --bench stores`.
 //!
 //! One run on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
 //! 20 samples; differences within a few percent are noise there):

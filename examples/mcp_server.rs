@@ -96,8 +96,8 @@ async fn main() -> std::io::Result<()> {
         .build()
         .map_err(std::io::Error::other)?;
     McpServer::new(toolbox)
-        .server_info("toolkey-invoices", env!("CARGO_PKG_VERSION"))
-        .instructions("Send invoices with send_invoice; when a call's outcome is unclear, ask invoice_status before calling again.")
+        .with_server_info("toolkey-invoices", env!("CARGO_PKG_VERSION"))
+        .with_instructions("Send invoices with send_invoice; when a call's outcome is unclear, ask invoice_status before calling again.")
         .serve_stdio()
         .await
 }

@@ -1,6 +1,70 @@
-//! toolkey: declare the tools an LLM agent may call, so that a retry can never do the work twice.
+//! Declare the tools an LLM agent may call, so that a retry can never do the work twice.
 //!
-//! See the README for the walk-through; the attribute is [`tool`].
+//! An agent stack retries at every layer — the HTTP client, the tool wrapper, the model after a
+//! timeout, the run loop after a crash — and a timeout only means the caller stopped waiting.
+//! toolkey puts the guard where the side effect happens: one attribute on an async fn gives the
+//! tool a schema for every LLM API, an idempotency key, a fingerprint, a status tool, and a
+//! runtime that runs each action once.
+//!
+//! # The model
+//!
+//! - **Stories.** Every [`tool`] states what calling it again does: `read_only` (changes
+//!   nothing), `natural` (repeating is harmless by nature), `idempotent(key = "...")` (an effect
+//!   a repeat would double, named by a key) or `unkeyed` (effects and no key: needs an
+//!   [`Approver`], and a timeout is not retryable).
+//! - **Keys.** An idempotent tool's key is derived from the fields its template names
+//!   (`"invoice:<customer>:<period>"` gives `invoice:acme:2026-10`), never supplied by the model,
+//!   checked at compile time, normalized (trimmed, NFC; lowercased only where a field says
+//!   `#[arg(key = "case_insensitive")]`) and encoded so that two different actions never share
+//!   one. The body reads it with [`ToolContext::idempotency_key`], to forward it to a provider.
+//! - **Fingerprints.** The other arguments (all but `#[arg(ignore)]` ones) are fingerprinted
+//!   ([`Fingerprint`]): the same key with the same fingerprint is a retry, answered with the
+//!   recorded result; with another fingerprint it is a `CONFLICT`.
+//! - **Status companions.** Each keyed tool brings a read-only `<tool>_status` tool taking the
+//!   same arguments, which tells the model whether the action ran and what it returned.
+//! - **Stores.** A [`store::Store`] reserves the key before the body runs, replays the first
+//!   result, answers `IN_PROGRESS` while it runs, and fences every write with a lease token, so a
+//!   crashed worker's key is recovered, never silently run twice: [`store::MemoryStore`] (the
+//!   default), [`store::SqliteStore`] (embedded), `PostgresStore` and `RedisStore` (features
+//!   `postgres`, `redis`).
+//! - **Errors the model reads.** Every failure is a [`ToolError`] with a code, a message, whether
+//!   a retry is safe, and what to do next ([`ErrorCode`] lists toolkey's own codes).
+//!
+//! A [`Toolbox`] holds the tools, their store and shared [`State`]; [`Toolbox::call`] runs one
+//! call by name. [`providers`] turns the tool calls of OpenAI, Anthropic and MCP into calls and
+//! their results back into messages; every [`ToolDefinition`] exports its schema for each API.
+//!
+//! # Getting started
+//!
+//! The [README](https://github.com/toolkey-rs/toolkey#readme) walks through a complete program
+//! (`examples/quickstart.rs`), the `[dependencies]` it needs, and a checklist for choosing each
+//! tool's story.
 
-pub use toolkey_macros::{tool, KeyPart};
-pub use toolkey_runtime::*;
+#[doc(inline)]
+pub use toolkey_macros::{data, tool, KeyPart};
+
+/// Builds a `serde_json::Value` from JSON written inline, for a call's arguments.
+#[doc(inline)]
+pub use toolkey_runtime::__private::serde_json::json;
+/// A JSON value: a call's arguments, a tool's result.
+#[doc(inline)]
+pub use toolkey_runtime::__private::serde_json::Value;
+
+#[doc(inline)]
+pub use toolkey_runtime::{
+    Annotations, ApprovalRequest, Approver, BuildError, ErrorCode, Fingerprint, IdempotencyKey,
+    KeyPart, KeyPartWriter, Settings, State, Stats, Story, Tool, ToolContext, ToolDefinition,
+    ToolError, ToolOutput, Toolbox, ToolboxBuilder, MAX_KEY_BYTES,
+};
+
+#[doc(inline)]
+pub use toolkey_runtime::{providers, store};
+
+#[doc(hidden)]
+pub use toolkey_runtime::__private;
+
+// Every Rust block of README.md compiles and runs as a doctest, so the README cannot drift from
+// the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -15,7 +15,7 @@ use toolkey::store::{
 use toolkey::{tool, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox};
 
 fn ctx() -> ToolContext {
-    ToolContext::new("run-1").tenant("acme-corp")
+    ToolContext::new("run-1").with_tenant("acme-corp")
 }
 
 /// The outside world: every effect, named.
@@ -156,7 +156,7 @@ async fn pay(
         .await?;
     ctx.once("receipt", async {
         if out.fail_receipt_once.swap(false, Ordering::SeqCst) {
-            return Err(ToolError::new("MAIL_DOWN", "mail server down").retryable(true));
+            return Err(ToolError::new("MAIL_DOWN", "mail server down").with_retryable(true));
         }
         out.act("receipt");
         Ok(())
@@ -474,9 +474,19 @@ async fn two_tools_sharing_a_template_conflict_instead_of_replaying_each_other()
 fn fingerprints_ignore_set_order_through_prepare() {
     let ctx = ctx();
     let fp = |args: Value| *Tag.prepare(args, &ctx).unwrap().fingerprint().unwrap();
-    let a = fp(json!({"doc": "d", "labels": ["x", "y", "z"], "weights": {"2": [1, 2]}}));
-    let b = fp(json!({"doc": "d", "labels": ["z", "x", "y"], "weights": {"2": [2, 1]}}));
-    let c = fp(json!({"doc": "d", "labels": ["x", "y"], "weights": {"2": [1, 2]}}));
+    // Enough items that a HashSet's iteration order is never its insertion order by luck.
+    let labels: Vec<String> = (0..40).map(|i| format!("l{i}")).collect();
+    let mut reversed = labels.clone();
+    reversed.reverse();
+    let a = fp(json!({"doc": "d", "labels": labels, "weights": {"2": [1, 2]}}));
+    let b = fp(json!({"doc": "d", "labels": reversed, "weights": {"2": [2, 1]}}));
+    for _ in 0..10 {
+        assert_eq!(
+            fp(json!({"doc": "d", "labels": labels, "weights": {"2": [1, 2]}})),
+            a
+        );
+    }
+    let c = fp(json!({"doc": "d", "labels": ["l0", "l1"], "weights": {"2": [1, 2]}}));
     assert_eq!(a, b);
     assert_ne!(a, c);
     let _: Fingerprint = a;

@@ -44,7 +44,7 @@ async fn invoice_naive_ends_with_three_invoices_and_keyed_with_one() {
         "{text}"
     );
     assert!(
-        text.contains("→ invoice_status {\"amount\":1200.0,\"customer\":\"acme\",\"memo\":\"Consulting, October 2026\",\"period\":\"2026-10\"}"),
+        text.contains("→ invoice_status {\"customer\":\"acme\",\"period\":\"2026-10\",\"amount\":1200.0,\"memo\":\"Consulting, October 2026\"}"),
         "{text}"
     );
 
@@ -75,6 +75,7 @@ async fn refund_scenarios_count_as_printed() {
             ("same key, another amount", 1),
             ("two concurrent duplicates", 1),
             ("no key support, recover hook looks up by order", 1),
+            ("two turns through providers::openai, then a restart", 2),
         ]
     );
     assert!(outcomes[3].detail.starts_with("CONFLICT"));
@@ -82,4 +83,8 @@ async fn refund_scenarios_count_as_printed() {
     assert!(outcomes[5]
         .detail
         .starts_with("first call OUTCOME_UNKNOWN, the retry found \"re_1\""));
+    assert_eq!(
+        outcomes[6].detail,
+        "turn one got \"re_1\", turn two \"re_2\", after the restart \"re_2\" (a replay)"
+    );
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use toolkey::{Story, ToolDefinition};
 
 fn definitions() -> Vec<ToolDefinition> {
-    catalog::toolbox().definitions()
+    catalog::toolbox().definitions().to_vec()
 }
 
 fn validator(schema: &Value, what: &str) -> jsonschema::Validator {

@@ -68,7 +68,7 @@ async fn blind_pick(warehouse: State<Warehouse>, order: String) -> Result<String
 }
 
 fn ctx() -> ToolContext {
-    ToolContext::new("run-1").tenant("acme-corp")
+    ToolContext::new("run-1").with_tenant("acme-corp")
 }
 
 fn toolbox(store: impl Store, warehouse: Arc<Warehouse>) -> Toolbox {

@@ -14,7 +14,9 @@ use toolkey::{
 use common::{Billing, SendInvoice};
 
 fn ctx() -> ToolContext {
-    ToolContext::new("run-7").step(4).tenant("acme-corp")
+    ToolContext::new("run-7")
+        .with_step(4)
+        .with_tenant("acme-corp")
 }
 
 fn prepared(tool: &impl Tool, args: Value) -> (IdempotencyKey, Fingerprint) {

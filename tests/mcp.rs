@@ -1,16 +1,25 @@
 //! `examples/mcp_server`, started as a child process and driven over stdio by rmcp's own client:
-//! keys, replays and CONFLICT hold over MCP as they do in process.
+//! keys, replays and CONFLICT hold over MCP as they do in process. And in-process servers, one
+//! per session over a duplex pipe, on one store: what a client names in `_meta` never reaches
+//! another client's records.
 #![cfg(feature = "mcp")]
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResult, MetaObject, RequestMetaObject, Tool};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
+use toolkey::providers::mcp::{ClientRunIds, McpServer};
+use toolkey::Toolbox;
+
+use common::{RefundOrder, Refunds};
 
 /// Builds the example with the features and profile this test was built with — nothing to do
 /// when `cargo test` built it already — and returns its executable, as cargo reports it (so the
@@ -27,9 +36,11 @@ fn server_binary() -> PathBuf {
     .collect();
     let mut cargo = Command::new(env!("CARGO"));
     cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .args([
             "build",
+            "-p",
+            "toolkey",
             "--example",
             "mcp_server",
             "--message-format=json",
@@ -85,6 +96,16 @@ fn replayed(result: &CallToolResult) -> bool {
         .as_ref()
         .and_then(|meta| meta.get("toolkey/replayed"))
         == Some(&json!(true))
+}
+
+/// The second text block: what a replay tells the model.
+fn note(result: &CallToolResult) -> String {
+    result
+        .content
+        .get(1)
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
 }
 
 fn hints(tool: &Tool) -> [Option<bool>; 4] {
@@ -149,6 +170,7 @@ async fn invoices_over_mcp_run_once_replay_and_conflict() {
             "the text block is a copy of the structured result"
         );
         assert!(!replayed(&first));
+        assert_eq!(first.content.len(), 1);
 
         // The model rewords the memo (ignored by the key's fingerprint): the same action.
         let reworded = json!({"customer": "acme", "period": "2026-10", "amount": 120.0, "memo": "Hosting, October"});
@@ -156,6 +178,15 @@ async fn invoices_over_mcp_run_once_replay_and_conflict() {
         assert_eq!(second.is_error, Some(false), "{second:?}");
         assert_eq!(second.structured_content.as_ref(), Some(&invoice));
         assert!(replayed(&second), "the second call is a replay: {second:?}");
+        assert_eq!(
+            text(&second),
+            invoice,
+            "the first block is still the result itself"
+        );
+        assert!(
+            note(&second).contains("not done again"),
+            "the model reads that it is a replay: {second:?}"
+        );
 
         let other_amount = json!({"customer": "acme", "period": "2026-10", "amount": 99.0, "memo": "October hosting"});
         let third = call(&client, "send_invoice", other_amount).await;
@@ -198,4 +229,165 @@ async fn invoices_over_mcp_run_once_replay_and_conflict() {
         .await
         .expect("the MCP session finishes in time");
     client.cancel().await.expect("the client closes");
+}
+
+/// Serves `server` to a new in-process client over a duplex pipe: one connection, one session.
+async fn connect(server: McpServer) -> Client {
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    ().serve(client_io).await.expect("the server initializes")
+}
+
+/// `refund_order` with `_meta`, as an agent runtime sends it.
+async fn refund(client: &Client, cents: i64, meta: Value) -> CallToolResult {
+    let mut params = CallToolRequestParams::new("refund_order").with_arguments(
+        json!({"order": "order-1", "cents": cents})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(RequestMetaObject(MetaObject(
+        meta.as_object().unwrap().clone(),
+    )));
+    client
+        .call_tool(params)
+        .await
+        .expect("tools/call is answered")
+}
+
+/// The refund id of a result, or its error code.
+fn outcome(result: &CallToolResult) -> String {
+    let value = text(result);
+    match value.get("error") {
+        Some(error) => error["code"].as_str().unwrap().to_string(),
+        None => value["id"].as_str().unwrap().to_string(),
+    }
+}
+
+struct Sessions {
+    toolbox: Toolbox,
+    refunds: Arc<Refunds>,
+}
+
+impl Sessions {
+    fn new() -> Self {
+        let refunds = Arc::new(Refunds::default());
+        let toolbox = Toolbox::builder()
+            .shared_state(refunds.clone())
+            .tool(RefundOrder)
+            .build()
+            .expect("a valid toolbox");
+        Sessions { toolbox, refunds }
+    }
+
+    async fn client(&self, policy: ClientRunIds) -> Client {
+        connect(McpServer::new(self.toolbox.clone()).with_client_run_ids(policy)).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_run_ids_are_refused_by_default_and_steps_stay_in_the_session() {
+    let sessions = Sessions::new();
+    let a = sessions.client(ClientRunIds::default()).await;
+    let b = sessions.client(ClientRunIds::default()).await;
+
+    // Naming a run id (or an event id) is refused: nothing runs.
+    let named = refund(
+        &a,
+        500,
+        json!({"toolkey/run_id": "run-7", "toolkey/step": 1}),
+    )
+    .await;
+    assert_eq!(named.is_error, Some(true));
+    assert_eq!(outcome(&named), "RUN_ID_NOT_ACCEPTED");
+    assert_eq!(text(&named)["error"]["retryable"], false);
+    let event = refund(
+        &a,
+        500,
+        json!({"toolkey/event_id": "evt-1", "toolkey/step": 1}),
+    )
+    .await;
+    assert_eq!(outcome(&event), "RUN_ID_NOT_ACCEPTED");
+    // A step key without a step is refused too: the server does not count calls.
+    assert_eq!(
+        outcome(&refund(&a, 500, json!({})).await),
+        "MISSING_CONTEXT"
+    );
+    assert_eq!(sessions.refunds.count(), 0);
+
+    // Steps name calls of the session's own run: B's step 1 is not A's.
+    let first = refund(&a, 500, json!({"toolkey/step": 1})).await;
+    assert_eq!(outcome(&first), "re_1");
+    let other = refund(&b, 500, json!({"toolkey/step": 1})).await;
+    assert_eq!(outcome(&other), "re_2");
+    assert!(!replayed(&other));
+    let retry = refund(&a, 500, json!({"toolkey/step": 1})).await;
+    assert_eq!((outcome(&retry), replayed(&retry)), ("re_1".into(), true));
+    assert_eq!(sessions.refunds.count(), 2);
+    for client in [a, b] {
+        client.cancel().await.expect("the client closes");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_naming_another_sessions_run_gets_its_own_refund() {
+    let sessions = Sessions::new();
+    let a = sessions.client(ClientRunIds::Session).await;
+    let b = sessions.client(ClientRunIds::Session).await;
+    let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 1});
+
+    let first = refund(&a, 500, meta.clone()).await;
+    assert_eq!(outcome(&first), "re_1");
+    // B names A's run id and step: a run of its own session, so its own refund.
+    let other = refund(&b, 500, meta.clone()).await;
+    assert_eq!(outcome(&other), "re_2");
+    assert!(!replayed(&other));
+    // A's retry replays A's refund.
+    let retry = refund(&a, 500, meta).await;
+    assert_eq!((outcome(&retry), replayed(&retry)), ("re_1".into(), true));
+    assert_eq!(sessions.refunds.count(), 2);
+    for client in [a, b] {
+        client.cancel().await.expect("the client closes");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principals_runs_resume_across_connections_and_no_one_else_reaches_them() {
+    let sessions = Sessions::new();
+    let alice = || ClientRunIds::Principal("alice".into());
+    let meta = json!({"toolkey/run_id": "agent:run-7", "toolkey/step": 1});
+
+    let a = sessions.client(alice()).await;
+    assert_eq!(outcome(&refund(&a, 500, meta.clone()).await), "re_1");
+    a.cancel().await.expect("the client closes");
+
+    // Alice reconnects and resumes her run: the call replays.
+    let again = sessions.client(alice()).await;
+    let resumed = refund(&again, 500, meta.clone()).await;
+    assert_eq!(
+        (outcome(&resumed), replayed(&resumed)),
+        ("re_1".into(), true)
+    );
+    // Bob names the same run and step: his own refund.
+    let bob = sessions.client(ClientRunIds::Principal("bob".into())).await;
+    assert_eq!(outcome(&refund(&bob, 500, meta.clone()).await), "re_2");
+    // Principal `alice:agent` naming run `run-7` would spell Alice's pair if principal and run
+    // were only joined with the separator: it names a run of its own.
+    let forger = sessions
+        .client(ClientRunIds::Principal("alice:agent".into()))
+        .await;
+    let forged = json!({"toolkey/run_id": "run-7", "toolkey/step": 1});
+    let forged = refund(&forger, 500, forged).await;
+    assert_eq!(
+        (outcome(&forged), replayed(&forged)),
+        ("re_3".into(), false)
+    );
+    assert_eq!(sessions.refunds.count(), 3);
+    for client in [again, bob, forger] {
+        client.cancel().await.expect("the client closes");
+    }
 }

@@ -154,7 +154,7 @@ fn child_process_entry() {
         .unwrap();
     rt.block_on(async {
         let store = store(&kind).await.expect("the parent reached the server");
-        let ctx = ToolContext::new("run").tenant(tenant);
+        let ctx = ToolContext::new("run").with_tenant(tenant);
         if mode == "slow" {
             let ledger = Arc::new(Ledger::open(&dir, Some(dir.join("signal"))));
             let _ = toolbox(store, ledger)
@@ -245,7 +245,7 @@ async fn a_paused_worker_cannot_complete_after_a_takeover(kind: &str) {
         .success());
 
     let toolbox = toolbox(store, ledger.clone());
-    let ctx = ToolContext::new("run").tenant(tenant);
+    let ctx = ToolContext::new("run").with_tenant(tenant);
     let args = json!({"order": "o-paused"});
     let err = toolbox.call("ship", args.clone(), &ctx).await.unwrap_err();
     assert!(err.is(ErrorCode::InProgress), "{err:?}");
@@ -318,7 +318,7 @@ async fn an_outage_fails_closed_and_passes(kind: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(Ledger::open(dir.path(), None));
     let toolbox = toolbox(store, ledger.clone());
-    let ctx = ToolContext::new("run").tenant(tenant());
+    let ctx = ToolContext::new("run").with_tenant(tenant());
     toolbox
         .call("ship", json!({"order": "before"}), &ctx)
         .await

@@ -128,7 +128,7 @@ fn toolbox(dir: &Path, role: Role) -> (Toolbox, Arc<Outside>) {
 }
 
 fn ctx() -> ToolContext {
-    ToolContext::new("run-1").tenant("shop")
+    ToolContext::new("run-1").with_tenant("shop")
 }
 
 fn spawn_child(dir: &Path, mode: &str, tool: &str) -> Child {

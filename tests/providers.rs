@@ -1,13 +1,21 @@
 //! Provider tool calls in, provider result messages out — OpenAI Chat Completions, OpenAI
 //! Responses, Anthropic and MCP — through the same toolbox, so a retried call replays whatever
-//! API it came from. Each scenario ends with an exact count of effects in the fake systems.
+//! API it came from, and says so in what the model reads. Each scenario ends with an exact
+//! count of effects in the fake systems.
 
 mod catalog;
 mod common;
 
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 use toolkey::providers::{anthropic, mcp, openai};
-use toolkey::ToolContext;
+use toolkey::store::SqliteStore;
+use toolkey::{ToolContext, Toolbox};
+
+use common::{RefundOrder, Refunds};
 
 fn ctx() -> ToolContext {
     ToolContext::new("run-1")
@@ -23,6 +31,15 @@ fn error_code(text: &Value) -> String {
         .as_str()
         .expect("an error")
         .to_string()
+}
+
+/// A replay's text: marked, with a note for the model; its `result` is the earlier result.
+fn replayed_result(text: &Value) -> Value {
+    let reply = parsed(text);
+    assert_eq!(reply["replayed"], true, "a replay says so: {reply}");
+    let note = reply["note"].as_str().expect("a note for the model");
+    assert!(note.contains("not done again"), "{note}");
+    reply["result"].clone()
 }
 
 fn chat_call(id: &str, name: &str, arguments: &Value) -> Value {
@@ -53,7 +70,8 @@ async fn openai_chat_tool_calls_run_once_replay_and_conflict() {
     )
     .await;
     assert_eq!(retry["tool_call_id"], "call_2");
-    assert_eq!(parsed(&retry["content"]), invoice);
+    assert!(parsed(&first["content"]).get("replayed").is_none());
+    assert_eq!(replayed_result(&retry["content"]), invoice);
 
     let mut other = args.clone();
     other["amount"] = json!(99.0);
@@ -182,7 +200,7 @@ async fn openai_responses_function_calls_round_trip() {
     assert_eq!(first["call_id"], "call_a");
     assert_eq!(parsed(&first["output"])["id"], "inv-1");
     let again = openai::handle_function_call(&fx.toolbox, &item("call_b", &args), &ctx()).await;
-    assert_eq!(parsed(&again["output"])["id"], "inv-1");
+    assert_eq!(replayed_result(&again["output"])["id"], "inv-1");
 
     let malformed = json!({"type": "function_call", "call_id": "call_c", "name": "send_invoice", "arguments": "amount=5"});
     let reply = openai::handle_function_call(&fx.toolbox, &malformed, &ctx()).await;
@@ -221,7 +239,7 @@ async fn anthropic_tool_use_round_trips_with_is_error() {
     assert_eq!(
         (
             replay["is_error"].clone(),
-            parsed(&replay["content"])["id"].clone()
+            replayed_result(&replay["content"])["id"].clone()
         ),
         (json!(false), json!("inv-1"))
     );
@@ -280,6 +298,22 @@ async fn mcp_tools_call_params_round_trip() {
     let replay = mcp::handle_tools_call(&fx.toolbox, &params, &ctx()).await;
     assert_eq!(replay["_meta"][mcp::META_REPLAYED], true);
     assert_eq!(replay["structuredContent"], first["structuredContent"]);
+    // The model reads the replay in a second text block; the first is still the result itself.
+    let blocks = replay["content"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2, "{replay}");
+    assert_eq!(blocks[0], first["content"][0]);
+    assert!(
+        blocks[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not done again"),
+        "{replay}"
+    );
+    // And the structured result still fits the tool's output schema.
+    let output_schema =
+        fx.toolbox.definition("send_invoice").unwrap().to_mcp()["outputSchema"].clone();
+    let validator = jsonschema::validator_for(&output_schema).expect("a valid schema");
+    assert!(validator.is_valid(&replay["structuredContent"]), "{replay}");
 
     // Not an object result: text only.
     let pong = mcp::handle_tools_call(&fx.toolbox, &json!({"name": "ping"}), &ctx()).await;
@@ -341,4 +375,182 @@ async fn every_catalog_tool_accepts_its_arguments_through_every_provider() {
             );
         }
     }
+}
+
+// Steps from the conversation: a two-turn conversation whose turns each ask for the same
+// refund (`refund:<ctx.run_id>:<ctx.step>`) gives two refunds, and the same conversation handed
+// to a new toolbox on the same store after a "restart" replays instead of refunding again.
+
+fn refund_toolbox(store: &Path, refunds: &Arc<Refunds>) -> Toolbox {
+    Toolbox::builder()
+        .store(SqliteStore::open(store).expect("the store opens"))
+        .shared_state(refunds.clone())
+        .tool(RefundOrder)
+        .build()
+        .expect("a valid toolbox")
+}
+
+/// Runs the two-turn scenario of one adapter. `turn(toolbox, log, call_id)` appends the
+/// model's message with one refund call (with the given id) to the log; `answer(toolbox, log)`
+/// runs the adapter over the log and returns the texts of its answers, which it appends.
+async fn two_turns_then_restart<A>(
+    turn: impl Fn(&mut Vec<Value>, &str),
+    answer: impl Fn(Toolbox, Vec<Value>) -> A,
+    texts: impl Fn(&[Value]) -> Vec<Value>,
+    append: impl Fn(&mut Vec<Value>, Vec<Value>),
+) where
+    A: Future<Output = Vec<Value>>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("toolkey.db");
+    let refunds = Arc::new(Refunds::default());
+    let toolbox = refund_toolbox(&store, &refunds);
+
+    let mut log = vec![json!({"role": "user", "content": "Refund 5 EUR on order-1."})];
+    turn(&mut log, "call_0");
+    let first = answer(toolbox.clone(), log.clone()).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(parsed(&texts(&first)[0])["id"], "re_1");
+    append(&mut log, first);
+    log.push(
+        json!({"role": "user", "content": "The customer was charged twice: refund 5 EUR more."}),
+    );
+    // Some servers number call ids per turn: the second turn's call is `call_0` again.
+    turn(&mut log, "call_0");
+    let second = answer(toolbox.clone(), log.clone()).await;
+    assert_eq!(second.len(), 1);
+    let refund = parsed(&texts(&second)[0]);
+    assert_eq!(
+        refund["id"], "re_2",
+        "the second turn's refund runs: {refund}"
+    );
+    assert_eq!(refunds.count(), 2);
+
+    // The process dies before the answer is saved; another one picks the run up.
+    toolbox.shutdown().await;
+    drop(toolbox);
+    let restarted = refund_toolbox(&store, &refunds);
+    let again = answer(restarted.clone(), log.clone()).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(replayed_result(&texts(&again)[0]), refund);
+    assert_eq!(
+        refunds.count(),
+        2,
+        "the restart replays instead of refunding again"
+    );
+
+    // Once the answer is in the log, nothing is left to run.
+    append(&mut log, again);
+    assert!(answer(restarted, log).await.is_empty());
+    assert_eq!(refunds.count(), 2);
+}
+
+fn run_ctx() -> ToolContext {
+    ToolContext::new("run-9")
+}
+
+#[tokio::test]
+async fn openai_chat_conversation_steps_survive_turns_and_restarts() {
+    two_turns_then_restart(
+        |log, id| {
+            log.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                chat_call(id, "refund_order", &json!({"order": "order-1", "cents": 500}))
+            ]}))
+        },
+        |toolbox, log| async move { openai::handle_tool_calls(&toolbox, &log, &run_ctx()).await },
+        |answers| answers.iter().map(|a| a["content"].clone()).collect(),
+        |log, answers| log.extend(answers),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn openai_responses_conversation_steps_survive_turns_and_restarts() {
+    two_turns_then_restart(
+        |log, id| {
+            log.push(json!({"type": "reasoning", "id": "rs_1", "summary": []}));
+            log.push(json!({"type": "function_call", "id": "fc_1", "call_id": id, "name": "refund_order", "arguments": "{\"order\": \"order-1\", \"cents\": 500}"}));
+        },
+        |toolbox, log| async move {
+            openai::handle_function_calls(&toolbox, &log, &run_ctx()).await
+        },
+        |outputs| outputs.iter().map(|o| o["output"].clone()).collect(),
+        |log, outputs| log.extend(outputs),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn anthropic_conversation_steps_survive_turns_and_restarts() {
+    two_turns_then_restart(
+        |log, id| {
+            log.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Refunding."},
+                {"type": "tool_use", "id": id, "name": "refund_order", "input": {"order": "order-1", "cents": 500}}
+            ]}))
+        },
+        |toolbox, log| async move { anthropic::handle_tool_uses(&toolbox, &log, &run_ctx()).await },
+        |results| results.iter().map(|r| r["content"].clone()).collect(),
+        |log, results| log.push(json!({"role": "user", "content": results})),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn calls_of_one_message_and_of_later_turns_take_the_next_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let refunds = Arc::new(Refunds::default());
+    let toolbox = refund_toolbox(&dir.path().join("toolkey.db"), &refunds);
+    let refund = |id: &str, cents: i64| {
+        chat_call(
+            id,
+            "refund_order",
+            &json!({"order": "order-1", "cents": cents}),
+        )
+    };
+    let mut log = vec![
+        json!({"role": "user", "content": "Refund both lines of order-1."}),
+        json!({"role": "assistant", "tool_calls": [refund("a", 300), refund("b", 200)]}),
+    ];
+    let answers = openai::handle_tool_calls(&toolbox, &log, &run_ctx()).await;
+    let ids: Vec<Value> = answers
+        .iter()
+        .map(|a| parsed(&a["content"])["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("re_1"), json!("re_2")]);
+    // Only one of the two answers was saved before a crash: the other call replays.
+    log.push(answers[0].clone());
+    let rest = openai::handle_tool_calls(&toolbox, &log, &run_ctx()).await;
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0]["tool_call_id"], "b");
+    assert_eq!(replayed_result(&rest[0]["content"])["id"], "re_2");
+    assert_eq!(refunds.count(), 2);
+}
+
+#[tokio::test]
+async fn a_step_key_without_a_step_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let refunds = Arc::new(Refunds::default());
+    let toolbox = refund_toolbox(&dir.path().join("toolkey.db"), &refunds);
+    let call = chat_call(
+        "call_1",
+        "refund_order",
+        &json!({"order": "order-1", "cents": 500}),
+    );
+    for _ in 0..2 {
+        let reply = openai::handle_tool_call(&toolbox, &call, &run_ctx()).await;
+        let error = parsed(&reply["content"]);
+        assert_eq!(error["error"]["code"], "MISSING_CONTEXT", "{error}");
+        assert_eq!(error["error"]["retryable"], false);
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("ctx.step"),
+            "{error}"
+        );
+    }
+    let reply = openai::handle_tool_call(&toolbox, &call, &run_ctx().with_step(0)).await;
+    assert_eq!(parsed(&reply["content"])["id"], "re_1");
+    assert_eq!(refunds.count(), 1);
 }

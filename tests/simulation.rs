@@ -228,7 +228,7 @@ impl Worker {
         match ending {
             Ending::Ok => Ok(self.world.effect(key, call)),
             Ending::RetryableBefore => {
-                Err(ToolError::new("GATEWAY_BUSY", "the gateway is busy").retryable(true))
+                Err(ToolError::new("GATEWAY_BUSY", "the gateway is busy").with_retryable(true))
             }
             Ending::TerminalBefore => Err(ToolError::new("DECLINED", "the card was declined")),
             Ending::UnknownAfter => {
@@ -260,7 +260,7 @@ impl Worker {
         self.pause(Duration::from_millis(wait)).await;
         if fails && self.world.faulty.load(Ordering::SeqCst) {
             return Err(
-                ToolError::new("LOOKUP_FAILED", "the ledger did not answer").retryable(true)
+                ToolError::new("LOOKUP_FAILED", "the ledger did not answer").with_retryable(true)
             );
         }
         Ok(self.world.first(key))
@@ -583,7 +583,7 @@ impl Schedule {
     ) -> Answer {
         let (worker, toolbox) = self.current();
         let mut crashed = worker.crashed.subscribe();
-        let ctx = ToolContext::new(call).tenant(self.tenant.clone());
+        let ctx = ToolContext::new(call).with_tenant(self.tenant.clone());
         let args = json!({ "order": order });
         let answer = async {
             let call = toolbox.call(tool, args, &ctx);
@@ -776,7 +776,7 @@ async fn check(schedule: &Schedule, callers: &[Caller], toolbox: &Toolbox) -> Re
     let unknown_because = world.unknown_because.lock().unwrap().clone();
     let mut violations = Vec::new();
     let mut v = |text: String| violations.push(text);
-    let ctx = ToolContext::new("checker").tenant(schedule.tenant.clone());
+    let ctx = ToolContext::new("checker").with_tenant(schedule.tenant.clone());
 
     // 1. No effect twice, per key and per step.
     for (key, effects) in &ledger {

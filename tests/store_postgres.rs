@@ -132,7 +132,7 @@ async fn own_schema_and_table_are_migrated_once() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::Unavailable(m) if m.contains("schema version 99")),
+        matches!(&err, StoreError::Config(m) if m.contains("schema version 99")),
         "{err}"
     );
 
@@ -142,7 +142,7 @@ async fn own_schema_and_table_are_migrated_once() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::Unavailable(m) if m.contains("invalid table name")),
+        matches!(&err, StoreError::Config(m) if m.contains("invalid table name")),
         "{err}"
     );
 }

@@ -177,7 +177,7 @@ async fn keys_escape_and_expire() {
         .unwrap();
 
     let bad = RedisStore::builder(&url).prefix("").connect().await;
-    assert!(matches!(bad, Err(StoreError::Unavailable(_))), "{bad:?}");
+    assert!(matches!(bad, Err(StoreError::Config(_))), "{bad:?}");
 }
 
 /// Nothing listening: connecting fails closed. A server that goes away under a running store:

@@ -147,8 +147,8 @@ fn row_to_invoice(row: &rusqlite::Row<'_>) -> rusqlite::Result<Invoice> {
 
 fn provider_error(err: rusqlite::Error) -> ToolError {
     ToolError::new("BILLING_ERROR", err.to_string())
-        .retryable(true)
-        .suggestion("retry in a moment")
+        .with_retryable(true)
+        .with_suggestion("retry in a moment")
 }
 
 /// Create and send the invoice for one customer and billing period.
@@ -249,7 +249,7 @@ impl ScriptedModel<'_> {
                 turn.timeouts += 1;
             }
             let status_tool = err
-                .suggestion_text()
+                .suggestion()
                 .and_then(named_tool)
                 .filter(|t| self.toolbox.definition(t).is_some());
             match status_tool {
@@ -352,7 +352,7 @@ pub async fn run(
     }
     std::fs::create_dir_all(dir)?;
     let file = |name: &str| -> PathBuf { dir.join(name) };
-    let ctx = ToolContext::new("run-1").tenant("acme-corp");
+    let ctx = ToolContext::new("run-1").with_tenant("acme-corp");
     let mut report = Report::default();
 
     writeln!(out, "Part one: the naive tool (`unkeyed`, approved). Billing takes {:?}; the agent waits {:?}.\n", timings.billing, timings.timeout)?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
+use toolkey::providers::openai;
+use toolkey::store::{MemoryStore, Store};
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 
 /// A refund as the API records it.
@@ -132,8 +134,8 @@ impl RetryingClient {
 
 fn reply_lost() -> ToolError {
     ToolError::new("REFUND_API_UNREACHABLE", "the refund API did not answer")
-        .retryable(true)
-        .suggestion("retry in a moment")
+        .with_retryable(true)
+        .with_suggestion("retry in a moment")
 }
 
 /// Refund an order, keyed by the agent run and step, forwarding the key to the API.
@@ -242,7 +244,8 @@ pub async fn run(
         format!("the caller got {:?}", refund.map(|r| r.id)),
     )?;
 
-    // 3. toolkey's key from the run and step, forwarded to the API on every attempt.
+    // 3. toolkey's key from the run and step, forwarded to the API on every attempt. The step
+    //    is the call's position in the run's log: here the run's fourth tool call.
     let api = Arc::new(RefundApi::new(true, delay));
     let toolbox = Toolbox::builder()
         .state(RetryingClient {
@@ -251,7 +254,7 @@ pub async fn run(
         })
         .tool(RefundOrder)
         .build()?;
-    let ctx = ToolContext::new("run-42").step(3);
+    let ctx = ToolContext::new("run-42").with_step(3);
     let first = toolbox
         .call(
             "refund_order",
@@ -291,7 +294,7 @@ pub async fn run(
         })
         .tool(RefundOrder)
         .build()?;
-    let ctx = ToolContext::new("run-43").step(1);
+    let ctx = ToolContext::new("run-43").with_step(1);
     let args = json!({"order": "order-2", "cents": 2500});
     let (a, b) = tokio::join!(
         toolbox.call("refund_order", args.clone(), &ctx),
@@ -328,6 +331,60 @@ pub async fn run(
             "first call {}, the retry found {}",
             first.code(),
             retry.value["id"]
+        ),
+    )?;
+    // 7. A model asks for a refund in two turns of one conversation, through the OpenAI
+    //    adapter, which gives each call its position in the conversation as its step. The
+    //    process then dies before saving the second answer; another one picks the run up.
+    let api = Arc::new(RefundApi::new(true, delay));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let toolbox = |store: &Arc<dyn Store>| {
+        Toolbox::builder()
+            .shared_store(store.clone())
+            .state(RetryingClient {
+                api: api.clone(),
+                attempts: 2,
+            })
+            .tool(RefundOrder)
+            .build()
+    };
+    let ctx = ToolContext::new("run-45");
+    let model_asks = |log: &mut Vec<Value>| {
+        // Servers that number call ids per turn send `call_0` in every turn.
+        log.push(json!({"role": "assistant", "tool_calls": [{"id": "call_0", "type": "function",
+            "function": {"name": "refund_order", "arguments": "{\"order\": \"order-4\", \"cents\": 500}"}}]}));
+    };
+    let first_process = toolbox(&store)?;
+    let mut log = vec![json!({"role": "user", "content": "Refund 5 EUR on order-4."})];
+    model_asks(&mut log);
+    let turn_one = openai::handle_tool_calls(&first_process, &log, &ctx).await;
+    log.extend(turn_one.clone());
+    log.push(json!({"role": "user", "content": "I was charged twice: refund another 5 EUR."}));
+    model_asks(&mut log);
+    let turn_two = openai::handle_tool_calls(&first_process, &log, &ctx).await;
+    first_process.shutdown().await;
+    let restarted = openai::handle_tool_calls(&toolbox(&store)?, &log, &ctx).await;
+    // What the model read: the refund, or a replay wrapping it.
+    let read = |answers: &[Value]| {
+        let text: Value = answers
+            .first()
+            .and_then(|answer| answer["content"].as_str())
+            .and_then(|content| serde_json::from_str(content).ok())
+            .unwrap_or_default();
+        match text.get("replayed") {
+            Some(_) => format!("{} (a replay)", text["result"]["id"]),
+            None => text["id"].to_string(),
+        }
+    };
+    report(
+        out,
+        "two turns through providers::openai, then a restart",
+        api.count(),
+        format!(
+            "turn one got {}, turn two {}, after the restart {}",
+            read(&turn_one),
+            read(&turn_two),
+            read(&restarted)
         ),
     )?;
     Ok(outcomes)

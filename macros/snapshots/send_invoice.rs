@@ -108,7 +108,7 @@ const _: () = {
                 )
                 .with_settings(__settings)
                 .with_status_tool("invoice_status")
-                .needs(::toolkey::__private::StateNeed::of::<Billing>())
+                .with_need(::toolkey::__private::StateNeed::of::<Billing>())
         }
         fn prepare(
             &self,

@@ -6,6 +6,7 @@
 
 use proc_macro::TokenStream;
 
+mod data;
 mod key_part;
 mod tool;
 
@@ -46,6 +47,20 @@ mod tool;
 #[proc_macro_attribute]
 pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     tool::expand(args.into(), item.into()).into()
+}
+
+/// Makes a struct or enum usable as a tool's argument or result: derives `Serialize`,
+/// `Deserialize` and `JsonSchema` through toolkey's own serde and schemars, so the crate needs
+/// neither as a dependency. Doc comments become schema descriptions; `#[serde(..)]` and
+/// `#[schemars(..)]` attributes work as usual.
+///
+/// ```text
+/// #[toolkey::data]
+/// struct Invoice { number: u32, customer: String }
+/// ```
+#[proc_macro_attribute]
+pub fn data(args: TokenStream, item: TokenStream) -> TokenStream {
+    data::expand(args.into(), item.into()).into()
 }
 
 /// Lets a unit enum be part of an idempotency key, by its serde name.

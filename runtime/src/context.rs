@@ -20,17 +20,28 @@ use crate::{ErrorCode, IdempotencyKey, ToolError};
 /// another's.
 ///
 /// ```
-/// use toolkey_runtime::ToolContext;
+/// use toolkey::ToolContext;
 ///
-/// let ctx = ToolContext::new("run-7").step(4).tenant("acme-corp");
+/// let ctx = ToolContext::new("run-7").with_step(4).with_tenant("acme-corp");
 /// assert_eq!(ctx.run_id(), "run-7");
-/// assert_eq!(ctx.step_number(), 4);
-/// assert_eq!(ctx.tenant_id(), Some("acme-corp"));
+/// assert_eq!(ctx.step(), Some(4));
+/// assert_eq!(ctx.tenant(), Some("acme-corp"));
+/// assert_eq!(ToolContext::new("run-7").step(), None);
 /// ```
+///
+/// # Steps
+///
+/// A key that uses `<ctx.step>` names one call of a run by its step, so the step must be
+/// unique within the run and the same when the run is resumed after a restart: the position
+/// of the call in the run's log (its first tool call is step 0, the next one step 1, across
+/// every turn). A counter that restarts each turn or each process gives a later call an
+/// earlier call's key, and the later call is answered with the earlier one's result. The
+/// [provider adapters](crate::providers) derive it from the conversation. A call whose key
+/// uses `<ctx.step>` with no step set is refused with `MISSING_CONTEXT` before anything runs.
 #[derive(Clone)]
 pub struct ToolContext {
     run_id: Arc<str>,
-    step: u64,
+    step: Option<u64>,
     tenant: Option<Arc<str>>,
     event_id: Option<Arc<str>>,
     once: Option<Arc<OnceScope>>,
@@ -41,28 +52,29 @@ impl ToolContext {
     pub fn new(run_id: impl Into<String>) -> Self {
         ToolContext {
             run_id: Arc::from(run_id.into()),
-            step: 0,
+            step: None,
             tenant: None,
             event_id: None,
             once: None,
         }
     }
 
-    /// The step of the run this call belongs to.
-    pub fn step(mut self, step: u64) -> Self {
-        self.step = step;
+    /// The step of the run this call is: its position in the run's log, unique within the run
+    /// and stable across a restart (see [Steps](Self#steps)).
+    pub fn with_step(mut self, step: u64) -> Self {
+        self.step = Some(step);
         self
     }
 
     /// The tenant the call acts for; records are kept per tenant.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(Arc::from(tenant.into()));
         self
     }
 
     /// The id of the event (webhook, message) that caused this call, for keys that use
     /// `<ctx.event_id>`.
-    pub fn event(mut self, event_id: impl Into<String>) -> Self {
+    pub fn with_event(mut self, event_id: impl Into<String>) -> Self {
         self.event_id = Some(Arc::from(event_id.into()));
         self
     }
@@ -72,13 +84,13 @@ impl ToolContext {
         &self.run_id
     }
 
-    /// The step number.
-    pub fn step_number(&self) -> u64 {
+    /// The step, if set.
+    pub fn step(&self) -> Option<u64> {
         self.step
     }
 
     /// The tenant, if set.
-    pub fn tenant_id(&self) -> Option<&str> {
+    pub fn tenant(&self) -> Option<&str> {
         self.tenant.as_deref()
     }
 
@@ -167,7 +179,7 @@ impl fmt::Debug for ToolContext {
 /// every tool parameter typed `State<T>`. Never part of a schema.
 ///
 /// ```
-/// use toolkey_runtime::State;
+/// use toolkey::State;
 ///
 /// struct Billing { currency: &'static str }
 /// fn uses(billing: State<Billing>) -> &'static str { billing.currency }

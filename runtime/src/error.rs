@@ -31,7 +31,8 @@ pub enum ErrorCode {
     StoreCorrupt,
     /// An `unkeyed` tool was not approved.
     ApprovalRequired,
-    /// A key needs a context field (`ctx.tenant`, `ctx.event_id`) the caller did not set.
+    /// A key needs a context field (`ctx.step`, `ctx.tenant`, `ctx.event_id`) the caller did
+    /// not set.
     MissingContext,
     /// A defect inside the toolbox or the tool (a panic, a result that cannot be serialized).
     Internal,
@@ -95,11 +96,11 @@ impl From<ErrorCode> for Cow<'static, str> {
 /// An error a tool call ends in: a code, a message, whether a retry is safe, and what to do.
 ///
 /// ```
-/// use toolkey_runtime::ToolError;
+/// use toolkey::ToolError;
 ///
 /// let err = ToolError::new("PAYMENT_DECLINED", "card declined")
-///     .retryable(false)
-///     .suggestion("ask the user for another card");
+///     .with_retryable(false)
+///     .with_suggestion("ask the user for another card");
 /// assert_eq!(err.code(), "PAYMENT_DECLINED");
 /// assert_eq!(err.to_json()["error"]["retryable"], false);
 /// ```
@@ -127,13 +128,13 @@ impl ToolError {
     ///
     /// For a keyed tool, a retryable error releases the key (the next call runs the body again);
     /// a terminal one is recorded and replayed to every later call with the same key.
-    pub fn retryable(mut self, retryable: bool) -> Self {
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
         self.retryable = retryable;
         self
     }
 
     /// What the model should do next, in words it can act on.
-    pub fn suggestion(mut self, suggestion: impl Into<String>) -> Self {
+    pub fn with_suggestion(mut self, suggestion: impl Into<String>) -> Self {
         self.suggestion = Some(suggestion.into());
         self
     }
@@ -142,7 +143,7 @@ impl ToolError {
     /// lost). The key is kept as *unknown*: the next call asks the tool's `recover` hook, and
     /// without one answers `OUTCOME_UNKNOWN`.
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
-        ToolError::new(ErrorCode::OutcomeUnknown, message).suggestion(
+        ToolError::new(ErrorCode::OutcomeUnknown, message).with_suggestion(
             "do not repeat the action; check its status, or ask a person to look in the outside system",
         )
     }
@@ -173,7 +174,7 @@ impl ToolError {
     }
 
     /// What to do next, if the error says.
-    pub fn suggestion_text(&self) -> Option<&str> {
+    pub fn suggestion(&self) -> Option<&str> {
         self.suggestion.as_deref()
     }
 
@@ -192,8 +193,8 @@ impl ToolError {
 
     pub(crate) fn invalid_arguments(message: String, suggestion: String) -> Self {
         ToolError::new(ErrorCode::InvalidArguments, message)
-            .retryable(true)
-            .suggestion(suggestion)
+            .with_retryable(true)
+            .with_suggestion(suggestion)
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {
@@ -221,7 +222,7 @@ mod tests {
 
     #[test]
     fn json_form_has_all_four_fields() {
-        let err = ToolError::new(ErrorCode::InProgress, "running").suggestion("call x_status");
+        let err = ToolError::new(ErrorCode::InProgress, "running").with_suggestion("call x_status");
         assert_eq!(
             err.to_json(),
             json!({"error": {"code": "IN_PROGRESS", "message": "running", "retryable": false, "suggestion": "call x_status"}})
@@ -232,7 +233,7 @@ mod tests {
 
     #[test]
     fn round_trips_through_serde() {
-        let err = ToolError::new("PAYMENT_DECLINED", "no").retryable(true);
+        let err = ToolError::new("PAYMENT_DECLINED", "no").with_retryable(true);
         let back: ToolError = serde_json::from_str(&serde_json::to_string(&err).unwrap()).unwrap();
         assert_eq!(back, err);
     }

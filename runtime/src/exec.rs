@@ -56,7 +56,7 @@ impl OnceScope {
         T: Serialize + DeserializeOwned,
         E: Into<ToolError>,
     {
-        let key = self.key.step(step);
+        let key = self.key.step_key(step);
         let rkey = RecordKey::new(tenant, key.as_str());
         let what = format!("step `{step}` (key hash {})", key.for_logs());
         let token = loop {
@@ -436,8 +436,8 @@ fn poll_interval(wait: Option<Duration>) -> Duration {
 fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
     if has_recover && err.is(ErrorCode::OutcomeUnknown) {
         ToolError::new(ErrorCode::OutcomeUnknown, err.message().to_string())
-            .retryable(true)
-            .suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
+            .with_retryable(true)
+            .with_suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
     } else {
         err
     }
@@ -445,17 +445,22 @@ fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
 
 pub(crate) fn store_error(err: StoreError) -> ToolError {
     match err {
+        StoreError::Config(_) => ToolError::new(
+            ErrorCode::StoreUnavailable,
+            format!("{err}; the tool did not run"),
+        )
+        .with_suggestion("do not retry: the tool's store is misconfigured; tell the user that an operator must fix it"),
         StoreError::Corrupt { .. } => ToolError::new(
             ErrorCode::StoreCorrupt,
             format!("{err}; the tool did not run"),
         )
-        .suggestion("do not repeat the action; a person must look at the stored record"),
+        .with_suggestion("do not repeat the action; a person must look at the stored record"),
         _ => ToolError::new(
             ErrorCode::StoreUnavailable,
             format!("{err}; the tool did not run"),
         )
-        .retryable(true)
-        .suggestion("retry shortly: nothing was done"),
+        .with_retryable(true)
+        .with_suggestion("retry shortly: nothing was done"),
     }
 }
 
@@ -482,7 +487,7 @@ fn in_progress(def: &crate::ToolDefinition, since: SystemTime) -> ToolError {
             ago(since)
         ),
     )
-    .suggestion(format!("{}; do not start it again", status_hint(def)))
+    .with_suggestion(format!("{}; do not start it again", status_hint(def)))
 }
 
 fn conflict(def: &crate::ToolDefinition, record: &Record) -> ToolError {
@@ -497,7 +502,7 @@ fn conflict(def: &crate::ToolDefinition, record: &Record) -> ToolError {
             def.name
         ),
     )
-    .suggestion("ask the user before changing or adding to what was done")
+    .with_suggestion("ask the user before changing or adding to what was done")
 }
 
 fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: bool) -> ToolError {
@@ -518,7 +523,7 @@ fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: boo
             ago(since)
         ),
     )
-    .suggestion(format!("do not repeat the action; {check}"))
+    .with_suggestion(format!("do not repeat the action; {check}"))
 }
 
 /// A panic's answer. Its message is left out: a panic message can hold argument values, and the
@@ -537,9 +542,23 @@ fn step_store_error(step: &str, err: StoreError) -> ToolError {
             ErrorCode::StoreUnavailable,
             format!("the store could not be reached, so step `{step}` did not run"),
         )
-        .retryable(true)
-        .suggestion("retry shortly with the same arguments: finished steps are not done again")
+        .with_retryable(true)
+        .with_suggestion("retry shortly with the same arguments: finished steps are not done again")
     } else {
         err
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unreachable_store_is_worth_retrying() {
+        let down = store_error(StoreError::Unavailable("connection refused".into()));
+        assert!(down.is(ErrorCode::StoreUnavailable) && down.is_retryable());
+        let wrong = store_error(StoreError::Config("invalid table name".into()));
+        assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
+        assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
     }
 }

@@ -19,7 +19,7 @@ impl Fingerprint {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::Fingerprint;
+    /// use toolkey::Fingerprint;
     ///
     /// let a = Fingerprint::of(&json!({"amount": 100.0, "customer": "acme"})).unwrap();
     /// let b = Fingerprint::of(&json!({"customer": "acme", "amount": 100})).unwrap();

@@ -85,7 +85,7 @@ impl IdempotencyKey {
     /// [`STEP_MARK`], the step's name (`invoice:acme:2026-10>email`). No tool key holds an
     /// unescaped `>`, and step names hold none, so a step's key is never another tool's key, the
     /// parent's own key, or another step's.
-    pub(crate) fn step(&self, step: &str) -> IdempotencyKey {
+    pub(crate) fn step_key(&self, step: &str) -> IdempotencyKey {
         let mut text = String::with_capacity(self.text.len() + 1 + step.len());
         text.push_str(&self.text);
         text.push(STEP_MARK);
@@ -345,13 +345,13 @@ fn control_character(field: &str, from_ctx: bool) -> ToolError {
             ErrorCode::MissingContext,
             format!("the caller's `ctx.{field}` holds a control character, which cannot be part of an idempotency key"),
         )
-        .suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
+        .with_suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
     } else {
         ToolError::new(
             ErrorCode::InvalidArguments,
             format!("`{field}` holds a control character (such as NUL or a line break inside the text), which cannot be part of an idempotency key"),
         )
-        .suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
+        .with_suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
     }
 }
 
@@ -449,8 +449,11 @@ mod tests {
     #[test]
     fn steps_keep_the_parents_whole_key() {
         let parent = key("acme", "2026-10");
-        assert_eq!(parent.step("email").as_str(), "invoice:acme:2026-10>email");
+        assert_eq!(
+            parent.step_key("email").as_str(),
+            "invoice:acme:2026-10>email"
+        );
         // A value holding the step mark cannot make a tool key that looks like a step's.
-        assert_ne!(key("acme", "2026-10>email"), parent.step("email"));
+        assert_ne!(key("acme", "2026-10>email"), parent.step_key("email"));
     }
 }

@@ -21,15 +21,13 @@ mod toolbox;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use context::{State, StateMap, ToolContext};
+// What users write. The plumbing generated code needs is in `__private`.
+pub use context::{State, ToolContext};
 pub use error::{ErrorCode, ToolError};
-pub use fingerprint::{canonical_json, Fingerprint};
+pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
 pub use lease::{ShutdownReport, Unrecorded};
-pub use tool::{
-    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
-    StatusCompanion, Story, Tool, ToolDefinition,
-};
+pub use tool::{Annotations, Settings, Story, Tool, ToolDefinition};
 pub use toolbox::{
     ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder,
 };

@@ -4,11 +4,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use crate::fingerprint::FingerprintSchema;
+pub use crate::context::StateMap;
+pub use crate::fingerprint::{canonical_json, FingerprintSchema};
 pub use crate::key::KeyBuilder;
 pub use crate::tool::{
-    Annotations, Body, BoxFuture, Call, Invocation, Recover, Settings, StateNeed, StatusCompanion,
-    Story, ToolDefinition,
+    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
+    StatusCompanion, Story, ToolDefinition,
 };
 pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
 pub use ::core;
@@ -83,7 +84,7 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
             crate::ErrorCode::OutcomeUnknown,
             format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
         )
-        .suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
+        .with_suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
     })
 }
 
@@ -94,7 +95,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
     if let Value::Object(root) = &mut schema {
-        root.remove("title");
+        root.shift_remove("title");
     }
     crate::export::close_objects(&mut schema);
     schema
@@ -177,14 +178,15 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
     Ok(ctx.run_id())
 }
 
-/// `ctx.step` for key templates.
+/// `ctx.step` for key templates: required when the template names it (a default step would
+/// give every call of a run one key).
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    Ok(ctx.step_number())
+    ctx.step().ok_or_else(|| missing("step"))
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.
 pub fn ctx_tenant(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.tenant_id().ok_or_else(|| missing("tenant"))
+    ctx.tenant().ok_or_else(|| missing("tenant"))
 }
 
 /// `ctx.event_id` for key templates: required when the template names it.
@@ -197,7 +199,7 @@ fn missing(field: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
     )
-    .suggestion(
+    .with_suggestion(
         "this is a defect in the agent runtime, not in the arguments: report it; do not retry",
     )
 }

@@ -41,6 +41,7 @@ impl Story {
 
 /// Hints for clients, as MCP names them, derived from the story.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Annotations {
     /// The tool changes nothing.
     pub read_only: bool,
@@ -97,6 +98,7 @@ impl Annotations {
 
 /// How a keyed tool runs: defaults from DESIGN (lease 30 s, retention 7 days, no timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Settings {
     /// How long the caller waits before TIMEOUT (the body goes on). `None`: until it ends.
     pub timeout: Option<Duration>,
@@ -204,7 +206,7 @@ impl ToolDefinition {
     }
 
     /// Declares that the tool needs `State<T>` from the toolbox.
-    pub fn needs(mut self, need: StateNeed) -> Self {
+    pub fn with_need(mut self, need: StateNeed) -> Self {
         self.needs.push(need);
         self
     }
@@ -354,9 +356,12 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Validates the arguments and prepares the call: its key and fingerprint (for keyed tools)
     /// and its body. Invalid arguments are `INVALID_ARGUMENTS`, and nothing is recorded.
+    /// Written by `#[tool]`.
+    #[doc(hidden)]
     fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError>;
 
-    /// The status companion, for keyed tools that have one.
+    /// The status companion, for keyed tools that have one. Written by `#[tool]`.
+    #[doc(hidden)]
     fn status_companion(&self) -> Option<StatusCompanion> {
         None
     }

@@ -23,6 +23,7 @@ use crate::{ErrorCode, ToolContext, ToolError};
 
 /// What a successful call returns.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolOutput {
     /// The tool's result as JSON.
     pub value: Value,
@@ -32,6 +33,7 @@ pub struct ToolOutput {
 
 /// Counts of what the toolbox did, since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Bodies started.
     pub executed: u64,
@@ -97,6 +99,7 @@ where
 
 /// One call of an `unkeyed` tool, waiting for approval.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ApprovalRequest<'a> {
     /// The tool's name.
     pub tool: &'a str,
@@ -163,7 +166,7 @@ pub(crate) struct Inner {
 /// A set of tools, the store that enforces their keys, and the state they share.
 ///
 /// ```
-/// use toolkey_runtime::Toolbox;
+/// use toolkey::Toolbox;
 ///
 /// let toolbox = Toolbox::builder().build().unwrap();
 /// assert!(toolbox.definitions().is_empty());
@@ -329,8 +332,8 @@ impl Toolbox {
     }
 
     /// The definitions of every tool, status companions included, in the order added.
-    pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.inner.definitions.clone()
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.inner.definitions
     }
 
     /// The definition of one tool.
@@ -409,7 +412,7 @@ impl Toolbox {
                         def.name
                     ),
                 )
-                .suggestion("ask the user to approve this action before calling again"));
+                .with_suggestion("ask the user to approve this action before calling again"));
             }
         }
 
@@ -528,7 +531,7 @@ impl Toolbox {
             .map(|d| d.name.as_str())
             .collect();
         ToolError::new(ErrorCode::UnknownTool, message)
-            .suggestion(format!("use one of: {}", names.join(", ")))
+            .with_suggestion(format!("use one of: {}", names.join(", ")))
     }
 }
 
@@ -540,19 +543,19 @@ fn timed_out(def: &ToolDefinition, limit: std::time::Duration) -> ToolError {
     );
     match def.story {
         Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
-            .retryable(false)
-            .suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
+            .with_retryable(false)
+            .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
         Story::Idempotent => {
             let status = match def.status_tool() {
                 Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
                 None => String::new(),
             };
             ToolError::new(ErrorCode::Timeout, message)
-                .retryable(true)
-                .suggestion(format!("{status}call again with the same arguments: it will not run twice"))
+                .with_retryable(true)
+                .with_suggestion(format!("{status}call again with the same arguments: it will not run twice"))
         }
         Story::ReadOnly | Story::Natural => ToolError::new(ErrorCode::Timeout, message)
-            .retryable(true)
-            .suggestion("call again with the same arguments"),
+            .with_retryable(true)
+            .with_suggestion("call again with the same arguments"),
     }
 }

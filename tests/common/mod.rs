@@ -100,3 +100,44 @@ pub async fn send_invoice_scaled(
 ) -> Result<Invoice, ToolError> {
     Ok(billing.send(&customer, &period, amount, &memo).await)
 }
+
+/// A fake outside refund system: the ledger of every refund it made.
+#[derive(Default)]
+pub struct Refunds {
+    pub made: Mutex<Vec<Refund>>,
+}
+
+impl Refunds {
+    pub fn count(&self) -> usize {
+        self.made.lock().unwrap().len()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Refund {
+    /// The refund system's id.
+    pub id: String,
+    pub order: String,
+    pub cents: i64,
+}
+
+/// Refund part of an order; with no business identity, the key is the run's step.
+#[tool(idempotent(key = "refund:<ctx.run_id>:<ctx.step>", status = false))]
+pub async fn refund_order(
+    refunds: State<Refunds>,
+    ctx: &ToolContext,
+    /// The order to refund.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+) -> Result<Refund, ToolError> {
+    let _ = ctx;
+    let mut made = refunds.made.lock().unwrap();
+    let refund = Refund {
+        id: format!("re_{}", made.len() + 1),
+        order,
+        cents,
+    };
+    made.push(refund.clone());
+    Ok(refund)
+}

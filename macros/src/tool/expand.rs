@@ -54,7 +54,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
     // return type: a type that is no tool result gets one error, on the user's return type.
     let as_result = quote_spanned!(output.span()=> <#output as #tk::IntoToolResult>);
     let state_needs = tool.params.iter().filter_map(|p| match &p.kind {
-        ParamKind::State(inner) => Some(quote!(.needs(#tk::StateNeed::of::<#inner>()))),
+        ParamKind::State(inner) => Some(quote!(.with_need(#tk::StateNeed::of::<#inner>()))),
         _ => None,
     });
     let description = &tool.description;

@@ -14,7 +14,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
     /// let def = ToolDefinition::new("forecast", "The weather ahead.", schema.clone(), Story::ReadOnly);
@@ -36,7 +36,7 @@ fn input_schema(canonical: &Value) -> Value {
     let Value::Object(root) = &mut schema else {
         return json!({"type": "object"});
     };
-    root.remove("$schema");
+    root.shift_remove("$schema");
     if !merge_all_of(root) {
         flatten(root, "allOf", &defs);
     }
@@ -50,10 +50,10 @@ fn input_schema(canonical: &Value) -> Value {
 /// required only what every branch requires (everything, for `allOf`). The model is told less
 /// than the union says; the tool's own argument parsing still refuses what no branch allows.
 fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
-    let Some(Value::Array(branches)) = root.remove(keyword) else {
+    let Some(Value::Array(branches)) = root.shift_remove(keyword) else {
         return;
     };
-    let mut properties = match root.remove("properties") {
+    let mut properties = match root.shift_remove("properties") {
         Some(Value::Object(properties)) => properties,
         _ => Object::new(),
     };

@@ -41,7 +41,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({
     ///     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -83,11 +83,11 @@ fn convert(node: &mut Value) {
         return;
     };
     let mut nullable = lift_null_branches(map);
-    if let Some(one_of) = map.remove("oneOf") {
+    if let Some(one_of) = map.shift_remove("oneOf") {
         map.entry("anyOf").or_insert(one_of);
     }
     merge_all_of(map);
-    if let Some(value) = map.remove("const") {
+    if let Some(value) = map.shift_remove("const") {
         map.entry("enum").or_insert_with(|| json!([value]));
     }
     if let Some(Value::Array(types)) = map.get_mut("type") {
@@ -96,7 +96,7 @@ fn convert(node: &mut Value) {
         nullable |= types.len() < before;
         match types.len() {
             0 => {
-                map.remove("type");
+                map.shift_remove("type");
             }
             1 => {
                 let only = types.remove(0);
@@ -104,7 +104,7 @@ fn convert(node: &mut Value) {
             }
             _ => {
                 let branches: Vec<Value> = types.iter().map(|t| json!({"type": t})).collect();
-                map.remove("type");
+                map.shift_remove("type");
                 map.insert("anyOf".into(), Value::Array(branches));
             }
         }
@@ -116,7 +116,7 @@ fn convert(node: &mut Value) {
         if values.iter().any(|v| !v.is_string()) {
             let listed: Vec<String> = values.iter().map(Value::to_string).collect();
             append_description(map, &format!("One of: {}.", listed.join(", ")));
-            map.remove("enum");
+            map.shift_remove("enum");
         }
     }
     for_each_child_mut(map, |_, child| convert(child));
@@ -130,14 +130,14 @@ fn convert(node: &mut Value) {
         .and_then(Value::as_object)
         .is_some_and(Object::is_empty)
     {
-        map.remove("properties");
+        map.shift_remove("properties");
     }
     if map
         .get("required")
         .and_then(Value::as_array)
         .is_some_and(Vec::is_empty)
     {
-        map.remove("required");
+        map.shift_remove("required");
     }
 }
 
@@ -159,7 +159,7 @@ fn lift_null_branches(map: &mut Object) -> bool {
                 let Some(Value::Object(only)) = branches.pop() else {
                     continue;
                 };
-                map.remove(keyword);
+                map.shift_remove(keyword);
                 for (k, v) in only {
                     map.entry(k).or_insert(v);
                 }
@@ -204,7 +204,7 @@ fn collapse_enum_branches(map: &mut Object) {
         }
         values.push(json!(value));
     }
-    map.remove("anyOf");
+    map.shift_remove("anyOf");
     map.insert("type".into(), json!("string"));
     map.insert("enum".into(), Value::Array(values));
     if !notes.is_empty() {

@@ -16,7 +16,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
     /// let def = ToolDefinition::new("forecast", "The weather ahead.", schema, Story::ReadOnly);
@@ -57,7 +57,7 @@ impl ToolDefinition {
 fn schema(canonical: &Value) -> Value {
     let mut schema = canonical.clone();
     if let Value::Object(map) = &mut schema {
-        map.remove("$schema");
+        map.shift_remove("$schema");
     }
     optional_without_null(&mut schema);
     schema

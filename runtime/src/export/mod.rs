@@ -171,7 +171,7 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
         if wanted && stack.contains(&name) {
             match which {
                 Inline::All => {
-                    map.remove("$ref");
+                    map.shift_remove("$ref");
                     map.insert("type".into(), json!("object"));
                 }
                 Inline::WithSiblings => map.retain(|k, _| k == "$ref"),
@@ -183,7 +183,7 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
                 Value::Object(def) => def.clone(),
                 _ => Object::new(),
             };
-            map.remove("$ref");
+            map.shift_remove("$ref");
             merged.extend(std::mem::take(map));
             *map = merged;
             stack.push(name);
@@ -217,8 +217,8 @@ fn prune_defs(schema: &mut Value) {
         return;
     };
     let mut body = root.clone();
-    body.remove("$defs");
-    body.remove("definitions");
+    body.shift_remove("$defs");
+    body.shift_remove("definitions");
     let mut pending = Vec::new();
     collect_refs(&Value::Object(body), &mut pending);
     let mut used = BTreeSet::new();
@@ -232,7 +232,7 @@ fn prune_defs(schema: &mut Value) {
         if let Some(Value::Object(map)) = root.get_mut(keyword) {
             map.retain(|name, _| used.contains(name));
             if map.is_empty() {
-                root.remove(keyword);
+                root.shift_remove(keyword);
             }
         }
     }
@@ -255,7 +255,7 @@ fn merge_all_of(map: &mut Object) -> bool {
         return true;
     };
     let mut merged = map.clone();
-    merged.remove("allOf");
+    merged.shift_remove("allOf");
     for branch in branches {
         let Value::Object(branch) = branch else {
             return false;
@@ -370,7 +370,7 @@ fn strip_null(schema: &mut Value) {
             let Some(Value::Object(only)) = branches.pop() else {
                 continue;
             };
-            map.remove(keyword);
+            map.shift_remove(keyword);
             for (k, v) in only {
                 map.entry(k).or_insert(v);
             }
@@ -439,7 +439,7 @@ mod tests {
         assert!(schema["$defs"].get("Node").is_some());
 
         inline_refs(&mut schema, Inline::All);
-        schema.as_object_mut().unwrap().remove("$defs");
+        schema.as_object_mut().unwrap().shift_remove("$defs");
         let text = schema.to_string();
         assert!(!text.contains("$ref"), "{text}");
         assert_eq!(

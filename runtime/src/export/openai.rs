@@ -79,7 +79,7 @@ impl ToolDefinition {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolkey_runtime::{Story, ToolDefinition};
+    /// use toolkey::{Story, ToolDefinition};
     ///
     /// let schema = json!({
     ///     "type": "object",
@@ -126,7 +126,7 @@ fn parameters(canonical: &Value) -> (Value, bool) {
         None => {
             let mut schema = canonical.clone();
             if let Value::Object(map) = &mut schema {
-                map.remove("$schema");
+                map.shift_remove("$schema");
             }
             (schema, false)
         }
@@ -137,7 +137,7 @@ fn parameters(canonical: &Value) -> (Value, bool) {
 pub(crate) fn strict_schema(canonical: &Value) -> Option<Value> {
     let mut schema = canonical.clone();
     let root = schema.as_object_mut()?;
-    root.remove("$schema");
+    root.shift_remove("$schema");
     if !is_object(root) || root.contains_key("anyOf") || root.contains_key("oneOf") {
         return None;
     }
@@ -158,7 +158,7 @@ fn strictify(node: &mut Value, strict: &mut bool) {
     if NOT_STRICT.iter().any(|k| map.contains_key(*k)) {
         *strict = false;
     }
-    if let Some(one_of) = map.remove("oneOf") {
+    if let Some(one_of) = map.shift_remove("oneOf") {
         match map.get_mut("anyOf") {
             None => {
                 map.insert("anyOf".into(), one_of);
@@ -169,7 +169,7 @@ fn strictify(node: &mut Value, strict: &mut bool) {
     if !merge_all_of(map) {
         *strict = false;
     }
-    if let Some(default) = map.remove("default") {
+    if let Some(default) = map.shift_remove("default") {
         describe_default(map, default);
     }
     if map
@@ -177,7 +177,7 @@ fn strictify(node: &mut Value, strict: &mut bool) {
         .and_then(Value::as_str)
         .is_some_and(|f| !FORMATS.contains(&f))
     {
-        map.remove("format");
+        map.shift_remove("format");
     }
     map.retain(|keyword, _| KEYWORDS.contains(&keyword.as_str()));
     let typed = ["type", "anyOf", "$ref", "enum", "const"]
@@ -205,10 +205,10 @@ fn strictify(node: &mut Value, strict: &mut bool) {
             *strict = false;
             return;
         }
-        map.remove("properties");
-        map.remove("required");
-        map.remove("additionalProperties");
-        map.remove("type");
+        map.shift_remove("properties");
+        map.shift_remove("required");
+        map.shift_remove("additionalProperties");
+        map.shift_remove("type");
     }
     if is_object(map) {
         if !matches!(
@@ -235,17 +235,11 @@ fn strictify(node: &mut Value, strict: &mut bool) {
                 make_nullable(property);
             }
         }
-        // The declared order first (the fields' order in the fn), then the optional ones.
-        let mut all: Vec<Value> = map
-            .get("required")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        // Every property, in the order of `properties`: the order the fields are declared in.
         let Some(Value::Object(properties)) = map.get("properties") else {
             return;
         };
-        all.retain(|name| name.as_str().is_some_and(|n| properties.contains_key(n)));
-        all.extend(optional.iter().map(|name| json!(name)));
+        let all: Vec<Value> = properties.keys().map(|name| json!(name)).collect();
         map.insert("required".into(), Value::Array(all));
     }
 }
@@ -276,7 +270,7 @@ fn make_nullable(schema: &mut Value) {
         return;
     }
     if map.contains_key("$ref") || map.contains_key("const") || !map.contains_key("type") {
-        let description = map.remove("description");
+        let description = map.shift_remove("description");
         let inner = std::mem::take(map);
         map.insert("anyOf".into(), json!([inner, {"type": "null"}]));
         if let Some(description) = description {
@@ -394,7 +388,7 @@ mod tests {
                     "c": {"type": "string", "enum": ["x", "y"], "description": "An E."},
                     "d": {"anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]}
                 },
-                "required": ["a", "c", "b", "d"],
+                "required": ["a", "b", "c", "d"],
                 "additionalProperties": false,
                 "$defs": {"E": {"type": "string", "enum": ["x", "y"]}}
             })

@@ -3,23 +3,43 @@
 //!
 //! A result is a text block with the result's JSON, plus the result itself as
 //! `structuredContent` when it is an object (MCP's structured content is always one). A replay
-//! says so in `_meta`: `{"toolkey/replayed": true}`. An error is `isError: true` with the
+//! says so twice: in a second text block the model reads (the first block and
+//! `structuredContent` stay the result itself, as the tool's output schema describes it), and
+//! in `_meta` for programs: `{"toolkey/replayed": true}`. An error is `isError: true` with the
 //! error's JSON form, `{"error": {"code", "message", "retryable", "suggestion"}}`, as text.
 //!
 //! # Run ids
 //!
 //! Keys that use `ctx.run_id` need a run id, and MCP has none, so [`McpServer`] makes one per
 //! session: `mcp-<uuid>`, generated when the client sends `initialize`. Every call of one
-//! connection — one agent session — shares it, and a new connection starts a new run. A client
-//! that has its own notion of a run (an agent runtime that resumes runs across connections)
-//! names it in each request's `_meta`, with the step and event when keys use them:
+//! connection — one agent session — shares it, and a new connection starts a new run.
+//!
+//! A run id or event id a client names in a request's `_meta` (`toolkey/run_id`,
+//! `toolkey/event_id`) is refused by default: the request is answered with the error
+//! `RUN_ID_NOT_ACCEPTED` and nothing runs. Were it trusted, a client naming another client's
+//! run would be answered with that client's results, and its own action would never happen. A
+//! server whose clients have their own notion of a run (an agent runtime that resumes runs
+//! across connections) opts in with [`McpServer::with_client_run_ids`], and what a client names is
+//! then scoped to that client ([`ClientRunIds`]): to its session, or to a principal the server
+//! sets for it. The run id the tools see carries the scope
+//! (`mcp-principal:<length of the principal>:<principal>:<run id>`), so two clients naming the
+//! same run id name two runs.
 //!
 //! ```json
 //! {"name": "refund", "arguments": {..},
 //!  "_meta": {"toolkey/run_id": "run-7", "toolkey/step": 4, "toolkey/event_id": "evt-81"}}
 //! ```
 //!
-//! The tenant is the server's ([`McpServer::tenant`]), never the client's: records are kept per
+//! # Steps
+//!
+//! MCP has no conversation a server could count calls in, so a key that uses `<ctx.step>`
+//! needs the client to name the step in `_meta["toolkey/step"]`: the call's position in its
+//! run's log (see [`ToolContext`]). A request without one leaves the step unset, and such a key
+//! answers `MISSING_CONTEXT`. The server does not count calls itself: a retry of one call would
+//! count as the next step, and a retried refund would be a second refund. A step is always
+//! within the call's run, so naming one reaches no other client's records.
+//!
+//! The tenant is the server's ([`McpServer::with_tenant`]), never the client's: records are kept per
 //! tenant, and a tenant a client could name would let it read another's.
 
 // `McpServer` exists with feature `mcp` only; the docs name it either way.
@@ -33,8 +53,8 @@ pub use server::McpServer;
 
 use serde_json::{json, Map, Value};
 
-use super::{run, str_field};
-use crate::{ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
+use super::{run, str_field, REPLAY_NOTE};
+use crate::{texts, ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// The `_meta` key of a request that names the run id (a string).
 pub const META_RUN_ID: &str = "toolkey/run_id";
@@ -44,6 +64,44 @@ pub const META_STEP: &str = "toolkey/step";
 pub const META_EVENT_ID: &str = "toolkey/event_id";
 /// The `_meta` key of a result that marks it as a replay of an earlier call's outcome.
 pub const META_REPLAYED: &str = "toolkey/replayed";
+
+/// The error code of a request that names a run id or event id a server does not accept.
+pub const RUN_ID_NOT_ACCEPTED: &str = "RUN_ID_NOT_ACCEPTED";
+
+/// Whether a server accepts the run ids and event ids clients name in `_meta`, and to whom
+/// they are scoped. See [Run ids](self#run-ids).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientRunIds {
+    /// A request that names one is refused with [`RUN_ID_NOT_ACCEPTED`]; every call runs in its
+    /// session's run. The default.
+    #[default]
+    Refused,
+    /// Accepted and scoped to the client's session: a run id names one of this session's runs,
+    /// and another session naming the same run id names another run. Runs end with the session.
+    Session,
+    /// Accepted and scoped to a principal the server sets for this client (the user it
+    /// authenticated, the account a stdio server was started for): the sessions of one
+    /// principal share their runs, so a run resumes across connections, and no other
+    /// principal can name them. The principal must identify the client: two clients given one
+    /// principal share their runs.
+    Principal(String),
+}
+
+impl ClientRunIds {
+    /// The identity a client named, scoped to that client; an error when it is refused.
+    fn scope(&self, named: &str, key: &str, session_run_id: &str) -> Result<String, ToolError> {
+        let (kind, scope) = match self {
+            ClientRunIds::Refused => {
+                return Err(texts::client_run_id_refused(RUN_ID_NOT_ACCEPTED, key))
+            }
+            ClientRunIds::Session => ("mcp-session", session_run_id),
+            ClientRunIds::Principal(principal) => ("mcp-principal", principal.as_str()),
+        };
+        // The scope's length first, so no scope and name can pass for another pair.
+        Ok(format!("{kind}:{}:{scope}:{named}", scope.len()))
+    }
+}
 
 /// Runs the params of one `tools/call` request (`{"name", "arguments"}`) and returns the
 /// `CallToolResult`: `{"content", "structuredContent"?, "isError", "_meta"?}`.
@@ -72,6 +130,10 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
                 reply["structuredContent"] = output.value.clone();
             }
             if output.replayed {
+                reply["content"]
+                    .as_array_mut()
+                    .expect("content is a list")
+                    .push(json!({"type": "text", "text": REPLAY_NOTE}));
                 reply["_meta"] = json!({META_REPLAYED: true});
             }
             reply
@@ -83,22 +145,30 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
     }
 }
 
-/// The context of one call: the run id, step and event id a request's `_meta` names, the
-/// session's run id where it names none. See [Run ids](self#run-ids).
+/// The context of one call: the session's run id, and the step a request's `_meta` names; the
+/// run id and event id it names when `client_run_ids` accepts them, scoped to the client. See
+/// [Run ids](self#run-ids).
 ///
 /// ```
 /// use serde_json::json;
-/// use toolkey_runtime::providers::mcp::context_from_meta;
+/// use toolkey::providers::mcp::{context_from_meta, ClientRunIds};
 ///
-/// let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 4});
-/// let ctx = context_from_meta(meta.as_object(), "mcp-session").unwrap();
-/// assert_eq!((ctx.run_id(), ctx.step_number()), ("run-7", 4));
-/// let ctx = context_from_meta(None, "mcp-session").unwrap();
-/// assert_eq!(ctx.run_id(), "mcp-session");
+/// let meta = json!({"toolkey/step": 4});
+/// let ctx = context_from_meta(meta.as_object(), "mcp-session", &ClientRunIds::Refused).unwrap();
+/// assert_eq!((ctx.run_id(), ctx.step()), ("mcp-session", Some(4)));
+///
+/// let meta = json!({"toolkey/run_id": "run-7"});
+/// let refused = context_from_meta(meta.as_object(), "mcp-session", &ClientRunIds::Refused);
+/// assert_eq!(refused.unwrap_err().code(), "RUN_ID_NOT_ACCEPTED");
+///
+/// let alice = ClientRunIds::Principal("alice".into());
+/// let ctx = context_from_meta(meta.as_object(), "mcp-session", &alice).unwrap();
+/// assert_eq!(ctx.run_id(), "mcp-principal:5:alice:run-7");
 /// ```
 pub fn context_from_meta(
     meta: Option<&Map<String, Value>>,
     session_run_id: &str,
+    client_run_ids: &ClientRunIds,
 ) -> Result<ToolContext, ToolError> {
     let empty = Map::new();
     let meta = meta.unwrap_or(&empty);
@@ -107,19 +177,23 @@ pub fn context_from_meta(
         Some(Value::String(text)) if !text.is_empty() => Ok(Some(text.clone())),
         Some(_) => Err(bad_meta(key, "a non-empty string")),
     };
-    let run_id = text(META_RUN_ID)?.unwrap_or_else(|| session_run_id.to_string());
+    let scoped = |key: &str| match text(key)? {
+        Some(named) => client_run_ids.scope(&named, key, session_run_id).map(Some),
+        None => Ok(None),
+    };
+    let run_id = scoped(META_RUN_ID)?.unwrap_or_else(|| session_run_id.to_string());
     let mut ctx = ToolContext::new(run_id);
     match meta.get(META_STEP) {
         None | Some(Value::Null) => {}
         Some(step) => {
-            ctx = ctx.step(
+            ctx = ctx.with_step(
                 step.as_u64()
                     .ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?,
             )
         }
     }
-    if let Some(event) = text(META_EVENT_ID)? {
-        ctx = ctx.event(event);
+    if let Some(event) = scoped(META_EVENT_ID)? {
+        ctx = ctx.with_event(event);
     }
     Ok(ctx)
 }
@@ -129,7 +203,9 @@ fn bad_meta(key: &str, expected: &str) -> ToolError {
         ErrorCode::MissingContext,
         format!("the request's `_meta.{key}` must be {expected}"),
     )
-    .suggestion("this is a defect in the MCP client, not in the arguments: report it; do not retry")
+    .with_suggestion(
+        "this is a defect in the MCP client, not in the arguments: report it; do not retry",
+    )
 }
 
 #[cfg(test)]
@@ -145,7 +221,10 @@ mod tests {
         assert_eq!(
             call_tool_result(&ok),
             json!({
-                "content": [{"type": "text", "text": "{\"id\":\"inv-1\"}"}],
+                "content": [
+                    {"type": "text", "text": "{\"id\":\"inv-1\"}"},
+                    {"type": "text", "text": REPLAY_NOTE}
+                ],
                 "structuredContent": {"id": "inv-1"},
                 "isError": false,
                 "_meta": {"toolkey/replayed": true}
@@ -168,16 +247,41 @@ mod tests {
     }
 
     #[test]
-    fn meta_names_run_step_and_event() {
+    fn meta_names_the_step_and_scoped_run_and_event_ids() {
         let meta = json!({"toolkey/run_id": "run-7", "toolkey/step": 4, "toolkey/event_id": "evt-1", "progressToken": 1});
-        let ctx = context_from_meta(meta.as_object(), "session").unwrap();
+        let refused = context_from_meta(meta.as_object(), "session", &ClientRunIds::Refused);
+        assert_eq!(refused.unwrap_err().code(), RUN_ID_NOT_ACCEPTED);
+        let only_event = json!({"toolkey/event_id": "evt-1"});
+        let refused = context_from_meta(only_event.as_object(), "session", &ClientRunIds::Refused);
+        assert_eq!(refused.unwrap_err().code(), RUN_ID_NOT_ACCEPTED);
+
+        let ctx = context_from_meta(meta.as_object(), "mcp-1", &ClientRunIds::Session).unwrap();
         assert_eq!(
-            (ctx.run_id(), ctx.step_number(), ctx.event_id()),
-            ("run-7", 4, Some("evt-1"))
+            (ctx.run_id(), ctx.step(), ctx.event_id()),
+            (
+                "mcp-session:5:mcp-1:run-7",
+                Some(4),
+                Some("mcp-session:5:mcp-1:evt-1")
+            )
         );
+        // The scope's length keeps the pair apart: principal "a:1" with run "x" is not
+        // principal "a" with run "1:x".
+        let scoped = |principal: &str, run: &str| {
+            let meta = json!({"toolkey/run_id": run});
+            let policy = ClientRunIds::Principal(principal.into());
+            context_from_meta(meta.as_object(), "s", &policy)
+                .unwrap()
+                .run_id()
+                .to_string()
+        };
+        assert_ne!(scoped("a:1", "x"), scoped("a", "1:x"));
+        assert_eq!(scoped("alice", "run-7"), scoped("alice", "run-7"));
+
+        let none = context_from_meta(None, "session", &ClientRunIds::Refused).unwrap();
+        assert_eq!((none.run_id(), none.step()), ("session", None));
         let bad = json!({"toolkey/step": "four"});
-        assert!(context_from_meta(bad.as_object(), "session").is_err());
+        assert!(context_from_meta(bad.as_object(), "session", &ClientRunIds::Refused).is_err());
         let bad = json!({"toolkey/run_id": 7});
-        assert!(context_from_meta(bad.as_object(), "session").is_err());
+        assert!(context_from_meta(bad.as_object(), "session", &ClientRunIds::Session).is_err());
     }
 }

@@ -16,16 +16,42 @@
 //! A `null` for an optional argument means "not given": OpenAI's strict mode makes models send
 //! one for every optional field they leave out, and other models do it on their own.
 //!
-//! Give each call its own [`ToolContext`] step when keys use `ctx.step`: two calls of one
-//! message are two steps.
+//! # Replays
+//!
+//! A replayed result says so in the text the model reads, so the model does not tell the user
+//! it did the work a second time: instead of the bare result, the text is
+//! `{"replayed": true, "note": "...", "result": <the earlier call's result>}`. Over MCP the
+//! result's own text block and `structuredContent` stay as they are (they must match the tool's
+//! output schema), and a second text block carries the note.
+//!
+//! # Steps
+//!
+//! A key that uses `<ctx.step>` needs each call's step: its position in the run's log, unique
+//! within the run and the same when the run is resumed (see [`ToolContext`]). The
+//! conversation is that log, so each adapter has a function that takes the run's whole
+//! conversation and answers the tool calls in it that have no answer yet, each with its
+//! position among all the tool calls of the conversation as its step:
+//! [`openai::handle_tool_calls`] (Chat Completions `messages`),
+//! [`openai::handle_function_calls`] (Responses `input` items) and
+//! [`anthropic::handle_tool_uses`] (Messages `messages`). Handing them the same conversation
+//! again — after a crash, from another process on the same store — replays the calls that ran
+//! instead of running them again. Pass the conversation from the run's start: a conversation
+//! whose oldest messages were cut off numbers its calls from a later start, and a new call
+//! would take an earlier call's step. A program that trims history keeps its own count and
+//! sets [`ToolContext::step`] itself.
+//!
+//! The one-call functions ([`openai::handle_tool_call`], ...) run the call with the context
+//! as given: set its step when the tool's key uses `<ctx.step>`, or the call is refused with
+//! `MISSING_CONTEXT`.
 
 pub mod anthropic;
 pub mod mcp;
 pub mod openai;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::export::openai::drop_optional_nulls;
+pub(crate) use crate::texts::REPLAY_NOTE;
 use crate::{ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// Runs one call as a provider sent it: the tool's name, and its arguments as the provider
@@ -87,13 +113,57 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// The text the model reads: the result as JSON, or the error's JSON form; and whether it is an
-/// error.
+/// The text the model reads: the result as JSON (wrapped with a note when it is a replay, see
+/// [Replays](self#replays)), or the error's JSON form; and whether it is an error.
 pub(crate) fn content(result: &Result<ToolOutput, ToolError>) -> (String, bool) {
     match result {
+        Ok(output) if output.replayed => (
+            json!({"replayed": true, "note": REPLAY_NOTE, "result": output.value}).to_string(),
+            false,
+        ),
         Ok(output) => (output.value.to_string(), false),
         Err(err) => (err.to_json().to_string(), true),
     }
+}
+
+/// One entry of a conversation, as [`unanswered`] reads it.
+pub(crate) enum Entry<'a> {
+    /// A tool call the model made, with its id.
+    Call(&'a str, &'a Value),
+    /// The answer to the call with this id.
+    Answer(&'a str),
+}
+
+/// The calls of a conversation that have no answer yet, each with its step: its position among
+/// all the calls, answered or not.
+///
+/// An answer settles the latest unanswered call before it with its id, never a later one: some
+/// servers reuse call ids from turn to turn (`call_0` every turn), and an answer from an earlier
+/// turn must not pass for the answer to a new call.
+pub(crate) fn unanswered<'a>(
+    entries: impl IntoIterator<Item = Entry<'a>>,
+) -> Vec<(u64, &'a Value)> {
+    let mut calls: Vec<(&str, &Value, bool)> = Vec::new();
+    for entry in entries {
+        match entry {
+            Entry::Call(id, call) => calls.push((id, call, false)),
+            Entry::Answer(id) => {
+                if let Some(call) = calls
+                    .iter_mut()
+                    .rev()
+                    .find(|(call_id, _, answered)| *call_id == id && !answered)
+                {
+                    call.2 = true;
+                }
+            }
+        }
+    }
+    calls
+        .into_iter()
+        .zip(0u64..)
+        .filter(|((_, _, answered), _)| !answered)
+        .map(|((_, call, _), step)| (step, call))
+        .collect()
 }
 
 /// A field of a provider message, if it is a string.
@@ -107,13 +177,29 @@ pub(crate) fn wrong_type(expected: &str, found: &str) -> ToolError {
         ErrorCode::InvalidArguments,
         format!("expected a `{expected}` item, got `{found}`"),
     )
-    .suggestion(format!("send tool calls as `{expected}` items"))
+    .with_suggestion(format!("send tool calls as `{expected}` items"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    #[test]
+    fn unanswered_calls_keep_their_position_and_answers_never_reach_forward() {
+        let (a, b, c) = (json!("a"), json!("b"), json!("c"));
+        // Turn one: call_0 answered. Turn two reuses the id: its call_0 is still open.
+        let entries = vec![
+            Entry::Call("call_0", &a),
+            Entry::Answer("call_0"),
+            Entry::Call("call_0", &b),
+            Entry::Call("call_1", &c),
+            Entry::Answer("call_1"),
+        ];
+        assert_eq!(unanswered(entries), vec![(1, &b)]);
+        // An answer that comes before its call answers nothing.
+        let entries = vec![Entry::Answer("x"), Entry::Call("x", &a)];
+        assert_eq!(unanswered(entries), vec![(0, &a)]);
+    }
 
     #[test]
     fn arguments_parse_from_text_or_object() {

@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use toolkey_runtime::store::{conformance::Suite, ManualClock, MemoryStore};
+//! use toolkey::store::{conformance::Suite, ManualClock, MemoryStore};
 //!
 //! # async fn run() {
 //! let clock = Arc::new(ManualClock::new());
@@ -600,7 +600,7 @@ async fn every_outcome_round_trips(cx: Ctx) -> Result<(), String> {
     .into_iter()
     .map(Outcome::Ok)
     .chain([Outcome::Err(
-        ToolError::new("PAYMENT_DECLINED", "card declined").suggestion("ask for another card"),
+        ToolError::new("PAYMENT_DECLINED", "card declined").with_suggestion("ask for another card"),
     )])
     .collect();
     for (i, outcome) in outcomes.into_iter().enumerate() {

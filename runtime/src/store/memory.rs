@@ -33,7 +33,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolkey_runtime::store::{Clock, ManualClock};
+/// use toolkey::store::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new();
 /// let t0 = clock.now();
@@ -82,7 +82,7 @@ impl<C: Clock> Clock for Arc<C> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolkey_runtime::store::{ManualClock, MemoryStore};
+/// use toolkey::store::{ManualClock, MemoryStore};
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryStore::with_clock(clock.clone());
@@ -119,6 +119,7 @@ impl MemoryStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn __corrupt(&self, key: &RecordKey) {
         self.with(|records, _| {

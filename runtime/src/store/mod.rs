@@ -21,7 +21,9 @@ use serde_json::Value;
 
 use crate::{Fingerprint, ToolError};
 
+#[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
 pub mod faults;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -182,6 +184,10 @@ pub enum StoreError {
     /// the caller's token: releasing that token frees it).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store is configured wrongly: a bad table name or connection URL, or records written
+    /// by a newer toolkey. Retrying does not help; a person must fix the configuration.
+    #[error("store misconfigured: {0}")]
+    Config(String),
     /// A stored record could not be read. It is left as it is: never overwritten, never re-run.
     /// Its message names the key by a short hash, since keys carry argument values.
     #[error("corrupt record (key hash {}) of tenant {tenant:?}: {detail}", crate::key::log_hash(.key))]
@@ -235,7 +241,7 @@ impl StoreError {
 /// - **Fail closed.** When the store cannot be reached, `reserve` returns
 ///   [`StoreError::Unavailable`] and the caller does not run the work.
 ///
-/// [`conformance`] checks all of this against any implementation.
+/// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Reserves `key` for a call with `fingerprint` under `token`, holding it for `lease`; or

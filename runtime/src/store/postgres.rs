@@ -57,9 +57,9 @@ const RESERVE_ATTEMPTS: usize = 8;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use toolkey_runtime::store::PostgresStore;
+/// use toolkey::store::PostgresStore;
 ///
-/// # async fn run() -> Result<(), toolkey_runtime::store::StoreError> {
+/// # async fn run() -> Result<(), toolkey::store::StoreError> {
 /// // The default: table `toolkey_records` on the search path, migrated on connect.
 /// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
 ///
@@ -140,7 +140,7 @@ impl PostgresStore {
     /// ```no_run
     /// use std::time::Duration;
     /// use deadpool_postgres::{Manager, Pool, Runtime};
-    /// use toolkey_runtime::store::PostgresStore;
+    /// use toolkey::store::PostgresStore;
     ///
     /// # async fn run(tls: tokio_postgres::NoTls) -> Result<(), Box<dyn std::error::Error>> {
     /// let config: tokio_postgres::Config = "postgres://app@db.internal/app".parse()?;
@@ -250,7 +250,7 @@ impl PostgresStore {
             .map_err(|e| StoreError::Unavailable(with_causes(&e)))?;
         match tokio::time::timeout(self.timeout, op(&mut client)).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(Failure::Refused(why))) => Err(StoreError::Unavailable(why)),
+            Ok(Err(Failure::Refused(why))) => Err(StoreError::Config(why)),
             Ok(Err(Failure::Db(e))) => {
                 drop(Object::take(client));
                 Err(StoreError::Unavailable(describe(&e)))
@@ -314,6 +314,7 @@ impl PostgresStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub async fn __corrupt(&self, key: &RecordKey) {
         let sql = format!(
@@ -386,7 +387,7 @@ impl PostgresStoreBuilder {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
                 let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-                    StoreError::Unavailable(format!("postgres: bad connection string: {e}"))
+                    StoreError::Config(format!("postgres: bad connection string: {e}"))
                 })?;
                 if config.get_connect_timeout().is_none() {
                     config.connect_timeout(self.timeout);
@@ -481,7 +482,7 @@ impl Ident {
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
             && name.len() <= max;
         if !valid {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Config(format!(
                 "postgres: invalid {what} name {name:?}: expected a letter or `_`, then letters, \
                  digits or `_`, at most {max} bytes"
             )));

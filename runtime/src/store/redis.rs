@@ -54,9 +54,9 @@ const SCAN_COUNT: usize = 500;
 /// and so does every call while the server cannot be reached; then calls succeed again.
 ///
 /// ```no_run
-/// use toolkey_runtime::store::RedisStore;
+/// use toolkey::store::RedisStore;
 ///
-/// # async fn run() -> Result<(), toolkey_runtime::store::StoreError> {
+/// # async fn run() -> Result<(), toolkey::store::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
 /// let shared = RedisStore::builder("redis://cache.internal:6379/2")
 ///     .prefix("billing-agent")
@@ -176,6 +176,7 @@ impl RedisStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub async fn __corrupt(&self, key: &RecordKey) {
         redis::cmd("HSET")
@@ -205,13 +206,13 @@ impl RedisStoreBuilder {
     /// Connects, and reads the server's `maxmemory-policy` (see [`RedisStore`] on eviction).
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         if self.prefix.is_empty() || self.prefix.contains('\\') {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Config(format!(
                 "redis: invalid key prefix {:?}: it must be non-empty and without `\\`",
                 self.prefix
             )));
         }
         let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| StoreError::Unavailable(format!("redis: bad connection URL: {e}")))?;
+            .map_err(|e| StoreError::Config(format!("redis: bad connection URL: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))

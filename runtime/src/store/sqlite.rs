@@ -56,9 +56,9 @@ const COLUMNS: &str =
 /// clock. Calls run on tokio's blocking pool, so the store needs a tokio runtime.
 ///
 /// ```no_run
-/// use toolkey_runtime::store::SqliteStore;
+/// use toolkey::store::SqliteStore;
 ///
-/// # fn main() -> Result<(), toolkey_runtime::store::StoreError> {
+/// # fn main() -> Result<(), toolkey::store::StoreError> {
 /// let store = SqliteStore::open("toolkey.db")?; // created with its schema if new
 /// # drop(store);
 /// # Ok(())
@@ -90,7 +90,7 @@ impl SqliteStore {
     /// A store in memory: private to this store, gone when it is dropped. For tests.
     ///
     /// ```
-    /// use toolkey_runtime::store::SqliteStore;
+    /// use toolkey::store::SqliteStore;
     ///
     /// let store = SqliteStore::open_in_memory().unwrap();
     /// # drop(store);
@@ -105,7 +105,7 @@ impl SqliteStore {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use toolkey_runtime::store::{ManualClock, SqliteStore};
+    /// use toolkey::store::{ManualClock, SqliteStore};
     ///
     /// let clock = Arc::new(ManualClock::new());
     /// let store = SqliteStore::open_in_memory().unwrap().with_clock(clock.clone());
@@ -184,6 +184,7 @@ impl SqliteStore {
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn __corrupt(&self, key: &RecordKey) {
         lock(&self.conn)
@@ -229,7 +230,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         }
         SCHEMA_VERSION => {}
         other => {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Config(format!(
                 "sqlite: the database has schema version {other}, this toolkey knows version \
                  {SCHEMA_VERSION}: it was written by another program or a newer toolkey"
             )))
@@ -496,7 +497,7 @@ mod tests {
         drop(conn);
         let err = SqliteStore::open(&path).unwrap_err();
         assert!(
-            matches!(&err, StoreError::Unavailable(m) if m.contains("schema version 2")),
+            matches!(&err, StoreError::Config(m) if m.contains("schema version 2")),
             "{err}"
         );
         std::fs::remove_dir_all(dir).unwrap();

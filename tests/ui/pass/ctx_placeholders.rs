@@ -16,7 +16,7 @@ async fn handle_event(kind: String) -> Result<(), ToolError> {
 }
 
 fn main() {
-    let ctx = ToolContext::new("run-7").step(4).tenant("acme-corp").event("evt-1");
+    let ctx = ToolContext::new("run-7").with_step(4).with_tenant("acme-corp").with_event("evt-1");
     let call = Refund.prepare(serde_json::json!({"order": "o-1"}), &ctx).unwrap();
     assert_eq!(call.key().unwrap().as_str(), "refund:run-7:4");
     let call = HandleEvent.prepare(serde_json::json!({"kind": "Paid"}), &ctx).unwrap();

@@ -24,7 +24,7 @@ pub enum LedgerError {
 impl From<LedgerError> for ToolError {
     fn from(err: LedgerError) -> ToolError {
         match err {
-            LedgerError::Closed => ToolError::new("LEDGER_CLOSED", "the ledger is closed").retryable(false),
+            LedgerError::Closed => ToolError::new("LEDGER_CLOSED", "the ledger is closed").with_retryable(false),
         }
     }
 }

@@ -11,7 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
-use super::{call_tool_result, context_from_meta, handle_tools_call};
+use super::{call_tool_result, context_from_meta, handle_tools_call, ClientRunIds};
 use crate::Toolbox;
 
 /// A toolbox served over MCP: `tools/list` from its definitions (annotations included),
@@ -23,12 +23,12 @@ use crate::Toolbox;
 /// [module docs](super#run-ids) for where the run id of a call comes from.
 ///
 /// ```no_run
-/// use toolkey_runtime::providers::mcp::McpServer;
-/// use toolkey_runtime::Toolbox;
+/// use toolkey::providers::mcp::McpServer;
+/// use toolkey::Toolbox;
 ///
 /// # async fn serve() -> std::io::Result<()> {
 /// let toolbox = Toolbox::builder().build().expect("valid toolbox");
-/// McpServer::new(toolbox).tenant("acme-corp").serve_stdio().await
+/// McpServer::new(toolbox).with_tenant("acme-corp").serve_stdio().await
 /// # }
 /// ```
 pub struct McpServer {
@@ -36,6 +36,7 @@ pub struct McpServer {
     tenant: Option<String>,
     info: Implementation,
     instructions: Option<String>,
+    client_run_ids: ClientRunIds,
     session_run_id: Mutex<Option<Arc<str>>>,
 }
 
@@ -47,24 +48,40 @@ impl McpServer {
             tenant: None,
             info: Implementation::new("toolkey", env!("CARGO_PKG_VERSION")),
             instructions: None,
+            client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
         }
     }
 
     /// The tenant every call runs for (`ctx.tenant`); none when not set.
-    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
 
+    /// Accepts the run ids and event ids clients name in a request's `_meta`, scoped to the
+    /// client as `policy` says; refused when not set. See [Run ids](super#run-ids).
+    ///
+    /// ```no_run
+    /// use toolkey::providers::mcp::{ClientRunIds, McpServer};
+    /// # fn build(toolbox: toolkey::Toolbox, user: String) -> McpServer {
+    /// // A stdio server started for one signed-in user: their runs resume across connections.
+    /// McpServer::new(toolbox).with_client_run_ids(ClientRunIds::Principal(user))
+    /// # }
+    /// ```
+    pub fn with_client_run_ids(mut self, policy: ClientRunIds) -> Self {
+        self.client_run_ids = policy;
+        self
+    }
+
     /// The name and version the server gives clients at `initialize`.
-    pub fn server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+    pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.info = Implementation::new(name, version);
         self
     }
 
     /// Instructions for the model, sent to clients at `initialize`.
-    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
         self.instructions = Some(instructions.into());
         self
     }
@@ -148,10 +165,10 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let run_id = self.run_id(false);
         let meta: &Map<String, Value> = &context.meta;
-        let reply = match context_from_meta(Some(meta), &run_id) {
+        let reply = match context_from_meta(Some(meta), &run_id, &self.client_run_ids) {
             Ok(ctx) => {
                 let ctx = match &self.tenant {
-                    Some(tenant) => ctx.tenant(tenant.clone()),
+                    Some(tenant) => ctx.with_tenant(tenant.clone()),
                     None => ctx,
                 };
                 let params =
