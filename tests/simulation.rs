@@ -610,8 +610,25 @@ impl Schedule {
     }
 }
 
-/// Runs schedule `seed` on `target` to its end and checks it.
+/// How long a schedule may take (on the paused clock this costs no wall time): one that takes
+/// longer is stuck, and reported as such.
+const SCHEDULE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs schedule `seed` on `target` to its end and checks it; a schedule that never ends is a
+/// violation too (a call, a shutdown or a key that waits forever).
 async fn run_schedule(target: &Target, seed: u64) -> Report {
+    match tokio::time::timeout(SCHEDULE_LIMIT, run_schedule_unbounded(target, seed)).await {
+        Ok(report) => report,
+        Err(_) => Report {
+            effects: 0,
+            violations: vec![format!(
+                "the schedule did not end within {SCHEDULE_LIMIT:?}: something waits forever"
+            )],
+        },
+    }
+}
+
+async fn run_schedule_unbounded(target: &Target, seed: u64) -> Report {
     let mut rng = fastrand::Rng::with_seed(seed);
     let world = Arc::new(World::new(seed, target.paused));
     let (fail_before, lose_reply, delay) = (rng.f64() * 0.15, rng.f64() * 0.15, rng.f64() * 0.2);
@@ -889,13 +906,11 @@ async fn check(schedule: &Schedule, callers: &[Caller], toolbox: &Toolbox) -> Re
                     .filter(|e| e.call == attempt.call)
                     .count();
                 match &attempt.answer {
-                    Answer::Ok { value, replayed } => {
-                        if Some(value) != truth.as_ref() {
-                            v(format!(
-                                "invariant 3: {} was answered {value} (replayed: {replayed}) but the outside system says {truth:?}",
-                                attempt.call
-                            ));
-                        }
+                    Answer::Ok { value, replayed } if Some(value) != truth.as_ref() => {
+                        v(format!(
+                            "invariant 3: {} was answered {value} (replayed: {replayed}) but the outside system says {truth:?}",
+                            attempt.call
+                        ));
                     }
                     Answer::Err(e) if e.is(ErrorCode::StoreUnavailable) => {
                         // "Nothing was done", or, for a step, "step `x` did not run".
