@@ -171,7 +171,10 @@ fn stores(c: &mut Criterion) {
     let retain_long = Duration::from_secs(600);
     rt.block_on(async {
         for store in [&pg as &dyn Store, &redis_store] {
-            let Reservation::Reserved(token) = store.reserve(&done, &fp, lease).await.unwrap()
+            let Reservation::Reserved(token) = store
+                .reserve(&done, &fp, &toolkey::store::Token::generate(), lease)
+                .await
+                .unwrap()
             else {
                 panic!("the bench's key is taken")
             };
@@ -186,7 +189,11 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved(token) = pg.reserve(&key, &fp, lease).await.unwrap() else {
+            let Reservation::Reserved(token) = pg
+                .reserve(&key, &fp, &toolkey::store::Token::generate(), lease)
+                .await
+                .unwrap()
+            else {
                 panic!("fresh key taken")
             };
             assert!(pg.complete(&key, &token, &outcome, retain).await.unwrap());
@@ -262,7 +269,10 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved(token) = redis_store.reserve(&key, &fp, lease).await.unwrap()
+            let Reservation::Reserved(token) = redis_store
+                .reserve(&key, &fp, &toolkey::store::Token::generate(), lease)
+                .await
+                .unwrap()
             else {
                 panic!("fresh key taken")
             };

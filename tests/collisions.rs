@@ -507,10 +507,11 @@ impl Store for Counting {
         &self,
         key: &RecordKey,
         fp: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.reserve(key, fp, lease).await
+        self.inner.reserve(key, fp, token, lease).await
     }
     async fn complete(
         &self,

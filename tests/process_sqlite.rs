@@ -184,7 +184,7 @@ fn child_process_entry() {
         for task in tasks {
             task.await.unwrap();
         }
-        toolbox.shutdown().await;
+        assert!(toolbox.shutdown().await.is_clean());
     });
 }
 

@@ -427,7 +427,7 @@ async fn two_turns_then_restart<A>(
     assert_eq!(refunds.count(), 2);
 
     // The process dies before the answer is saved; another one picks the run up.
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     drop(toolbox);
     let restarted = refund_toolbox(&store, &refunds);
     let again = answer(restarted.clone(), log.clone()).await;

@@ -88,7 +88,15 @@ async fn own_schema_and_table_are_migrated_once() {
     let (a, _b) = (a.unwrap(), b.unwrap());
     build().connect().await.unwrap();
     let k = key("own-table");
-    let Reservation::Reserved(token) = a.reserve(&k, &fp(), Duration::from_secs(60)).await.unwrap()
+    let Reservation::Reserved(token) = a
+        .reserve(
+            &k,
+            &fp(),
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap()
     else {
         panic!("fresh key not reserved")
     };
@@ -166,14 +174,26 @@ async fn unreachable_server_is_unavailable() {
         .unwrap();
     let k = key("down");
     assert!(matches!(
-        store.reserve(&k, &fp(), Duration::from_secs(60)).await,
+        store
+            .reserve(
+                &k,
+                &fp(),
+                &toolkey::store::Token::generate(),
+                Duration::from_secs(60)
+            )
+            .await,
         Ok(Reservation::Reserved(_))
     ));
 
     proxy.stop().await;
     let started = Instant::now();
     let down = store
-        .reserve(&key("while-down"), &fp(), Duration::from_secs(60))
+        .reserve(
+            &key("while-down"),
+            &fp(),
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(60),
+        )
         .await;
     assert!(matches!(down, Err(StoreError::Unavailable(_))), "{down:?}");
     assert!(
@@ -210,7 +230,12 @@ async fn terminated_backends_are_replaced() {
             let store = store.clone();
             tokio::spawn(async move {
                 store
-                    .reserve(&key(&format!("warm-{i}")), &fp(), Duration::from_secs(60))
+                    .reserve(
+                        &key(&format!("warm-{i}")),
+                        &fp(),
+                        &toolkey::store::Token::generate(),
+                        Duration::from_secs(60),
+                    )
                     .await
             })
         })
@@ -225,7 +250,12 @@ async fn terminated_backends_are_replaced() {
             let store = store.clone();
             tokio::spawn(async move {
                 store
-                    .reserve(&key(&format!("flight-{i}")), &fp(), Duration::from_secs(60))
+                    .reserve(
+                        &key(&format!("flight-{i}")),
+                        &fp(),
+                        &toolkey::store::Token::generate(),
+                        Duration::from_secs(60),
+                    )
                     .await
             })
         })

@@ -102,11 +102,18 @@ async fn keys_escape_and_expire() {
     let a = RecordKey::new("acme:x", "k");
     let b = RecordKey::new("acme", "x:k");
     let lease = Duration::from_secs(60);
-    let Reservation::Reserved(token) = store.reserve(&a, &fp(), lease).await.unwrap() else {
+    let Reservation::Reserved(token) = store
+        .reserve(&a, &fp(), &toolkey::store::Token::generate(), lease)
+        .await
+        .unwrap()
+    else {
         panic!("fresh key not reserved")
     };
     assert!(matches!(
-        store.reserve(&b, &fp(), lease).await.unwrap(),
+        store
+            .reserve(&b, &fp(), &toolkey::store::Token::generate(), lease)
+            .await
+            .unwrap(),
         Reservation::Reserved(_)
     ));
     let a_key = format!("{prefix}:acme\\:x:k");
@@ -152,7 +159,9 @@ async fn keys_escape_and_expire() {
         Err(StoreError::Corrupt { .. })
     ));
     assert!(matches!(
-        store.reserve(&c, &fp(), lease).await,
+        store
+            .reserve(&c, &fp(), &toolkey::store::Token::generate(), lease)
+            .await,
         Err(StoreError::Corrupt { .. })
     ));
 
@@ -205,7 +214,14 @@ async fn unreachable_server_is_unavailable() {
         .unwrap();
     let k = key("down");
     assert!(matches!(
-        store.reserve(&k, &fp(), Duration::from_secs(60)).await,
+        store
+            .reserve(
+                &k,
+                &fp(),
+                &toolkey::store::Token::generate(),
+                Duration::from_secs(60)
+            )
+            .await,
         Ok(Reservation::Reserved(_))
     ));
 
@@ -213,7 +229,12 @@ async fn unreachable_server_is_unavailable() {
     for i in 0..3 {
         let started = Instant::now();
         let down = store
-            .reserve(&key("while-down"), &fp(), Duration::from_secs(60))
+            .reserve(
+                &key("while-down"),
+                &fp(),
+                &toolkey::store::Token::generate(),
+                Duration::from_secs(60),
+            )
             .await;
         assert!(
             matches!(down, Err(StoreError::Unavailable(_))),
@@ -247,7 +268,12 @@ async fn killed_connections_are_replaced() {
     let Some(url) = server().await else { return };
     let store = Arc::new(RedisStore::connect(&url).await.unwrap());
     store
-        .reserve(&key("warm"), &fp(), Duration::from_secs(60))
+        .reserve(
+            &key("warm"),
+            &fp(),
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(60),
+        )
         .await
         .unwrap();
 
@@ -256,7 +282,12 @@ async fn killed_connections_are_replaced() {
             let store = store.clone();
             tokio::spawn(async move {
                 store
-                    .reserve(&key(&format!("flight-{i}")), &fp(), Duration::from_secs(60))
+                    .reserve(
+                        &key(&format!("flight-{i}")),
+                        &fp(),
+                        &toolkey::store::Token::generate(),
+                        Duration::from_secs(60),
+                    )
                     .await
             })
         })

@@ -144,6 +144,7 @@ async fn hammer_child() {
             .reserve(
                 &RecordKey::new("hammer", &key),
                 &fp,
+                &toolkey::store::Token::generate(),
                 Duration::from_secs(300),
             )
             .await
@@ -187,4 +188,51 @@ fn many_openers_of_a_new_file_all_succeed() {
             assert!(opened.is_ok(), "round {round}: {opened:?}");
         }
     }
+}
+
+/// A renewal that waits for another process's write lock is measured from when it applies: the
+/// lease it grants runs from the moment the lock was released, not from before the wait. (Read
+/// before the wait, a 2 s lease renewed behind a 3 s lock would have lapsed when it was written.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_behind_another_writer_is_measured_from_after_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("contended.db");
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
+    let key = RecordKey::new("contended", "renew");
+    let fp = Fingerprint::of(&json!({"n": 1})).unwrap();
+    let Reservation::Reserved(token) = store
+        .reserve(
+            &key,
+            &fp,
+            &toolkey::store::Token::generate(),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a new key is reserved");
+    };
+
+    // Another process's writer holds the lock for 3 s (within the store's 5 s busy timeout).
+    let other = rusqlite::Connection::open(&db).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let renewing = {
+        let (store, key, token) = (store.clone(), key.clone(), token.clone());
+        tokio::spawn(async move { store.renew(&key, &token, Duration::from_secs(2)).await })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let released = std::time::SystemTime::now();
+    other.execute_batch("COMMIT").unwrap();
+
+    assert!(renewing.await.unwrap().unwrap(), "the renewal applied");
+    let Some(Record::InProgress { lease_until, .. }) = store.get(&key).await.unwrap() else {
+        panic!("the key is still held");
+    };
+    assert!(
+        lease_until >= released + Duration::from_secs(2),
+        "the lease runs from the end of the wait: it ends {:?} before released + 2 s",
+        (released + Duration::from_secs(2))
+            .duration_since(lease_until)
+            .unwrap_or_default()
+    );
 }

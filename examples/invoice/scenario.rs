@@ -375,7 +375,8 @@ pub async fn run(
     }
     .invoice("acme", "2026-10", 1200.0)
     .await?;
-    toolbox.shutdown().await; // the calls the agent stopped waiting for finish anyway
+    // The calls the agent stopped waiting for finish anyway, and every outcome reaches the store.
+    assert!(toolbox.shutdown().await.is_clean());
     let invoices = billing.invoices()?;
     print_ledger(out, "The ledger after the naive tool", &invoices)?;
     report.naive_calls = turn.calls;
@@ -401,7 +402,7 @@ pub async fn run(
     }
     .invoice("acme", "2026-10", 1200.0)
     .await?;
-    toolbox.shutdown().await;
+    assert!(toolbox.shutdown().await.is_clean());
     let invoices = billing.invoices()?;
     print_ledger(out, "The ledger after the keyed tool", &invoices)?;
     report.keyed_calls = turn.calls;

@@ -362,7 +362,7 @@ pub async fn run(
     log.push(json!({"role": "user", "content": "I was charged twice: refund another 5 EUR."}));
     model_asks(&mut log);
     let turn_two = openai::handle_tool_calls(&first_process, &log, &ctx).await;
-    first_process.shutdown().await;
+    assert!(first_process.shutdown().await.is_clean());
     let restarted = openai::handle_tool_calls(&toolbox(&store)?, &log, &ctx).await;
     // What the model read: the refund, or a replay wrapping it.
     let read = |answers: &[Value]| {

@@ -36,6 +36,9 @@ pub enum ErrorCode {
     MissingContext,
     /// A defect inside the toolbox or the tool (a panic, a result that cannot be serialized).
     Internal,
+    /// The work finished, but its reservation's lease lapsed while it ran (it could not be
+    /// renewed in time) and another call took the key over: the action may have happened twice.
+    LeaseLost,
 }
 
 impl ErrorCode {
@@ -53,10 +56,11 @@ impl ErrorCode {
             ErrorCode::ApprovalRequired => "APPROVAL_REQUIRED",
             ErrorCode::MissingContext => "MISSING_CONTEXT",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::LeaseLost => "LEASE_LOST",
         }
     }
 
-    const ALL: [ErrorCode; 11] = [
+    const ALL: [ErrorCode; 12] = [
         ErrorCode::InvalidArguments,
         ErrorCode::UnknownTool,
         ErrorCode::InProgress,
@@ -68,6 +72,7 @@ impl ErrorCode {
         ErrorCode::ApprovalRequired,
         ErrorCode::MissingContext,
         ErrorCode::Internal,
+        ErrorCode::LeaseLost,
     ];
 
     /// The code for a code string, if it is one of toolkey's own.

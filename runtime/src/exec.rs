@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::key::log_hash;
+use crate::lease::{unreserve, Landed, Recorder, Renewal, Write};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
 use crate::texts;
 use crate::tool::{Call, Invocation};
@@ -26,6 +27,7 @@ use crate::{ErrorCode, Fingerprint, IdempotencyKey, ToolContext, ToolError};
 /// key and fingerprint, to which every step is bound.
 pub(crate) struct OnceScope {
     store: Arc<dyn Store>,
+    recorder: Arc<Recorder>,
     key: IdempotencyKey,
     fingerprint: Fingerprint,
     lease: Duration,
@@ -58,11 +60,20 @@ impl OnceScope {
         let rkey = RecordKey::new(tenant, key.as_str());
         let what = format!("step `{step}` (key hash {})", key.for_logs());
         let token = loop {
-            let reservation = self
+            let token = Token::generate();
+            let reservation = match self
                 .store
-                .reserve(&rkey, &self.fingerprint, self.lease)
+                .reserve(&rkey, &self.fingerprint, &token, self.lease)
                 .await
-                .map_err(|e| step_store_error(step, e))?;
+            {
+                Ok(reservation) => reservation,
+                Err(e) => {
+                    // The reserve may have been applied with its reply lost: free it, so the
+                    // step did not run and its key stays usable.
+                    unreserve(&self.recorder, &self.store, &rkey, &token, &what).await;
+                    return Err(step_store_error(step, e));
+                }
+            };
             let record = match reservation {
                 Reservation::Reserved(token) => break token,
                 Reservation::Existing(record) => record,
@@ -114,8 +125,15 @@ impl OnceScope {
                 ))
             })
         };
-        let ran = drive(&*self.store, &rkey, &token, self.lease, recorded).await;
-        let value = settle(&*self.store, &rkey, &token, self.retain, ran, &what, None).await?;
+        let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, recorded).await;
+        let holder = Holder {
+            store: &self.store,
+            recorder: &self.recorder,
+            rkey: &rkey,
+            token: &token,
+            what: &what,
+        };
+        let value = settle(&holder, self.retain, ran, renewal, None).await?;
         serde_json::from_value(value).map_err(|e| {
             ToolError::internal(format!(
                 "the recorded result of step `{step}` no longer fits its type: {e}"
@@ -146,8 +164,11 @@ pub(crate) async fn run_keyed(
     let deadline = settings
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);
+    let recorder = inner.recorder.clone();
+    let what = format!("`{}`", def.name);
     let scope = Arc::new(OnceScope {
         store: store.clone(),
+        recorder: recorder.clone(),
         key: key.clone(),
         fingerprint,
         lease: settings.lease,
@@ -162,18 +183,25 @@ pub(crate) async fn run_keyed(
     };
 
     // Settle what the key's record says until this call holds the key (or has its answer).
-    let token = loop {
-        let reservation = store
-            .reserve(&rkey, &fingerprint, settings.lease)
+    let (token, renewal) = loop {
+        let token = Token::generate();
+        let reservation = match store
+            .reserve(&rkey, &fingerprint, &token, settings.lease)
             .await
-            .map_err(|e| {
+        {
+            Ok(reservation) => reservation,
+            Err(e) => {
                 tracing::warn!(tool = %def.name, key = %log_key, error = %e, "store refused the reservation; the tool did not run");
-                store_error(e)
-            })?;
+                // The reserve may have been applied with its reply lost: free it under the
+                // token this call drew, so "nothing was done" holds and the key stays usable.
+                unreserve(&recorder, &store, &rkey, &token, &what).await;
+                return Err(store_error(e));
+            }
+        };
         let record = match reservation {
             Reservation::Reserved(token) => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
-                break token;
+                break (token, None);
             }
             Reservation::Existing(record) => record,
         };
@@ -225,24 +253,20 @@ pub(crate) async fn run_keyed(
                 };
                 tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
                 inner.stats.recovered.inc();
-                let looked = drive(
-                    &*store,
-                    &rkey,
-                    &token,
-                    settings.lease,
-                    recover(invocation()),
-                )
-                .await;
+                let (looked, renewal) =
+                    drive(&store, &rkey, &token, settings.lease, recover(invocation())).await;
+                let holder = Holder {
+                    store: &store,
+                    recorder: &recorder,
+                    rkey: &rkey,
+                    token: &token,
+                    what: &what,
+                };
                 match looked {
                     Ok(Ok(Some(found))) => {
-                        let found = record_outcome(
-                            &*store,
-                            &rkey,
-                            &token,
-                            Outcome::Ok(found),
-                            settings.retain,
-                        )
-                        .await;
+                        let found =
+                            record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal)
+                                .await;
                         return found.map(|value| ToolOutput {
                             value,
                             replayed: true,
@@ -252,54 +276,54 @@ pub(crate) async fn run_keyed(
                     // attempt left unknown may run again, since none of their effects exists.
                     Ok(Ok(None)) => {
                         scope.recovered_not_found.store(true, Ordering::SeqCst);
-                        break token;
+                        break (token, Some(renewal));
                     }
                     Ok(Err(err)) => {
                         // The lookup failed: the outcome is as unknown as before. Never release
                         // here, or the next call would act without looking.
-                        let _ = store.mark_unknown(&rkey, &token).await;
+                        holder.write(Write::MarkUnknown, Some(renewal)).await;
                         return Err(err);
                     }
                     Err(panic) => {
-                        let _ = store.mark_unknown(&rkey, &token).await;
-                        return Err(panicked(&format!("`{}`", def.name), "recover hook", panic));
+                        holder.write(Write::MarkUnknown, Some(renewal)).await;
+                        return Err(panicked(&what, "recover hook", panic));
                     }
                 }
             }
         }
     };
 
+    let renewal_of_lookup = renewal;
     inner.stats.executed.inc();
-    let ran = drive(
-        &*store,
+    // The lookup's renewal holds the lease until the body's own starts.
+    let (ran, renewal) = drive(
+        &store,
         &rkey,
         &token,
         settings.lease,
         (call.body)(invocation()),
     )
     .await;
+    drop(renewal_of_lookup);
+    let holder = Holder {
+        store: &store,
+        recorder: &recorder,
+        rkey: &rkey,
+        token: &token,
+        what: &what,
+    };
     if let Ok(Err(err)) = &ran {
         if scope.release_parent.load(Ordering::SeqCst) {
             // A step met another action's record, or a step still running elsewhere: recording
             // this answer as the call's outcome would block the call that owns those steps.
             inner.stats.released.inc();
-            if let Err(e) = store.release(&rkey, &token).await {
-                tracing::error!(tool = %def.name, key = %log_key, error = %e, "could not release the key after a step's conflict; it stays reserved until its lease lapses");
-            }
+            holder.write(Write::Release, Some(renewal)).await;
             return Err(err.clone());
         }
     }
-    let value = settle(
-        &*store,
-        &rkey,
-        &token,
-        settings.retain,
-        ran,
-        &format!("`{}`", def.name),
-        Some(&inner),
-    )
-    .await
-    .map_err(|err| looked_up_on_retry(err, call_has_recover))?;
+    let value = settle(&holder, settings.retain, ran, renewal, Some(&inner))
+        .await
+        .map_err(|err| looked_up_on_retry(err, call_has_recover))?;
     Ok(ToolOutput {
         value,
         replayed: false,
@@ -308,92 +332,94 @@ pub(crate) async fn run_keyed(
 
 type Panic = Box<dyn std::any::Any + Send>;
 
-/// Runs `work` while renewing the reservation's lease, catching a panic.
+/// The reservation a call or step holds, and where its ending writes go.
+struct Holder<'a> {
+    store: &'a Arc<dyn Store>,
+    recorder: &'a Arc<Recorder>,
+    rkey: &'a RecordKey,
+    token: &'a Token,
+    what: &'a str,
+}
+
+impl Holder<'_> {
+    /// Writes `write`, retrying it in the background (under `renewal`) until the store takes it.
+    async fn write(&self, write: Write, renewal: Option<Renewal>) -> Landed {
+        self.recorder
+            .write(self.store, self.rkey, self.token, write, renewal, self.what)
+            .await
+    }
+}
+
+/// Runs `work` while its lease is renewed from a task of its own (so a body that blocks its
+/// thread cannot stop the renewal), catching a panic. The renewal goes on until it is dropped.
 async fn drive<T, F>(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     rkey: &RecordKey,
     token: &Token,
     lease: Duration,
     work: F,
-) -> Result<T, Panic>
+) -> (Result<T, Panic>, Renewal)
 where
     F: Future<Output = T> + Send,
 {
-    let work = AssertUnwindSafe(work).catch_unwind();
-    tokio::pin!(work);
-    let period = (lease / 3).max(Duration::from_millis(10));
-    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            done = &mut work => return done,
-            _ = renewal.tick() => match store.renew(rkey, token, lease).await {
-                Ok(true) => {}
-                Ok(false) => tracing::warn!(key = %log_hash(&rkey.key), "lease lost while the body runs: another worker took the key over"),
-                Err(e) => tracing::warn!(error = %e, "could not renew the lease; will try again"),
-            },
-        }
+    let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
+    // A task spawned from a worker thread waits in that worker's own slot, which no other worker
+    // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
+    // worker handles) before a body that blocks this thread can keep it there.
+    tokio::task::yield_now().await;
+    let done = AssertUnwindSafe(work).catch_unwind().await;
+    if renewal.lost() {
+        tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");
     }
+    (done, renewal)
 }
 
 /// Records what the body ended in, as the state machine says, and hands it back.
 async fn settle(
-    store: &dyn Store,
-    rkey: &RecordKey,
-    token: &Token,
+    holder: &Holder<'_>,
     retain: Duration,
     ran: Result<Result<Value, ToolError>, Panic>,
-    what: &str,
+    renewal: Renewal,
     inner: Option<&Inner>,
 ) -> Result<Value, ToolError> {
     match ran {
-        Ok(Ok(value)) => record_outcome(store, rkey, token, Outcome::Ok(value), retain).await,
+        Ok(Ok(value)) => record_outcome(holder, Outcome::Ok(value), retain, renewal).await,
         Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
             if let Some(inner) = inner {
                 inner.stats.unknown.inc();
             }
-            if let Err(e) = store.mark_unknown(rkey, token).await {
-                tracing::error!(error = %e, "could not mark the outcome unknown; the lease will lapse instead");
-            }
+            holder.write(Write::MarkUnknown, Some(renewal)).await;
             Err(err)
         }
         Ok(Err(err)) if err.is_retryable() => {
             if let Some(inner) = inner {
                 inner.stats.released.inc();
             }
-            if let Err(e) = store.release(rkey, token).await {
-                tracing::error!(error = %e, "could not release the key after a retryable error; it stays reserved until its lease lapses");
-            }
+            holder.write(Write::Release, Some(renewal)).await;
             Err(err)
         }
-        Ok(Err(err)) => record_outcome(store, rkey, token, Outcome::Err(err), retain).await,
+        Ok(Err(err)) => record_outcome(holder, Outcome::Err(err), retain, renewal).await,
         Err(panic) => {
-            if let Err(e) = store.mark_unknown(rkey, token).await {
-                tracing::error!(error = %e, "could not mark the outcome unknown after a panic");
-            }
-            Err(panicked(what, "body", panic))
+            holder.write(Write::MarkUnknown, Some(renewal)).await;
+            Err(panicked(holder.what, "body", panic))
         }
     }
 }
 
-/// Records `outcome` and hands it back as the caller's answer (the work happened either way;
-/// a failed write is logged, and the key stays reserved until its lease lapses).
+/// Records `outcome` and hands it back as the caller's answer. A write the store did not take
+/// goes on in the background until it lands; a reservation taken over meanwhile (its lease
+/// lapsed) is said so in the answer: another call may have acted too.
 async fn record_outcome(
-    store: &dyn Store,
-    rkey: &RecordKey,
-    token: &Token,
+    holder: &Holder<'_>,
     outcome: Outcome,
     retain: Duration,
+    renewal: Renewal,
 ) -> Result<Value, ToolError> {
-    match store.complete(rkey, token, &outcome, retain).await {
-        Ok(true) => {}
-        Ok(false) => tracing::error!(
-            "the outcome was not recorded: the reservation was taken over after its lease lapsed"
-        ),
-        Err(e) => {
-            tracing::error!(error = %e, "the outcome was not recorded; the key stays reserved until its lease lapses")
-        }
+    let landed = holder
+        .write(Write::Complete(outcome.clone(), retain), Some(renewal))
+        .await;
+    if landed == Landed::TakenOver {
+        return Err(texts::lease_lost(holder.what));
     }
     match outcome {
         Outcome::Ok(value) => Ok(value),

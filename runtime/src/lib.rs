@@ -10,6 +10,7 @@ mod exec;
 mod export;
 mod fingerprint;
 mod key;
+mod lease;
 pub mod providers;
 pub mod store;
 mod texts;
@@ -25,6 +26,7 @@ pub use context::{State, ToolContext};
 pub use error::{ErrorCode, ToolError};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
+pub use lease::{ShutdownReport, Unrecorded};
 pub use tool::{Annotations, Settings, Story, Tool, ToolDefinition};
 pub use toolbox::{
     ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder,

@@ -31,6 +31,15 @@ pub(crate) fn step_unknown(step: &str) -> ToolError {
     ))
 }
 
+/// The work finished, but its lease had lapsed and another call took the key over.
+pub(crate) fn lease_lost(what: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::LeaseLost,
+        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),
+    )
+    .with_suggestion("do not repeat the action; ask a person to check the outside system for a duplicate")
+}
+
 /// What a replay's text says to the model beside the earlier call's result, so the model does
 /// not tell the user the work was done again.
 pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";

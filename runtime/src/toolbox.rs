@@ -4,6 +4,10 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `shutdown` waits for outcomes the store did not take at once, unless set.
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
@@ -12,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::context::StateMap;
 use crate::exec::{self, panicked, store_error};
+use crate::lease::{Recorder, ShutdownReport};
 use crate::store::{MemoryStore, Outcome, Record, RecordKey, Store};
 use crate::tool::{Invocation, KeyFn, Story, Tool, ToolDefinition};
 use crate::{ErrorCode, ToolContext, ToolError};
@@ -154,6 +159,8 @@ pub(crate) struct Inner {
     approver: Option<Arc<dyn Approver>>,
     pub(crate) stats: Counters,
     tracker: TaskTracker,
+    pub(crate) recorder: Arc<Recorder>,
+    shutdown_grace: Duration,
 }
 
 /// A set of tools, the store that enforces their keys, and the state they share.
@@ -177,6 +184,7 @@ pub struct ToolboxBuilder {
     tools: Vec<Box<dyn Tool>>,
     approver: Option<Arc<dyn Approver>>,
     timeouts: HashMap<String, Option<std::time::Duration>>,
+    shutdown_grace: Option<Duration>,
 }
 
 impl ToolboxBuilder {
@@ -188,6 +196,13 @@ impl ToolboxBuilder {
         timeout: Option<std::time::Duration>,
     ) -> Self {
         self.timeouts.insert(tool.into(), timeout);
+        self
+    }
+
+    /// How long [`Toolbox::shutdown`] waits, after the bodies ended, for outcomes the store did
+    /// not take at once (default 10 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = Some(grace);
         self
     }
 
@@ -296,6 +311,8 @@ impl ToolboxBuilder {
                 approver: self.approver,
                 stats: Counters::default(),
                 tracker: TaskTracker::new(),
+                recorder: Arc::default(),
+                shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             }),
         })
     }
@@ -352,6 +369,16 @@ impl Toolbox {
     /// Keyed tools reserve their key before the body runs; the body runs in a task of its own,
     /// so when the tool's `timeout` passes — or this future is dropped — the caller stops
     /// waiting but the body goes on and records its outcome.
+    ///
+    /// # Blocking work
+    ///
+    /// While a keyed body runs, its lease is renewed from a separate task, so a body that blocks
+    /// its thread (a synchronous client, a CPU-heavy step) keeps its key — as long as the
+    /// runtime has another thread to renew from. On a current-thread runtime, or a multi-thread
+    /// runtime whose every worker is blocked, nothing renews and the lease lapses: another call
+    /// may then take the key over. Run blocking work with [`tokio::task::spawn_blocking`] (or
+    /// `block_in_place`) inside the body. If a lease is lost anyway, the call does not claim
+    /// success: it answers `LEASE_LOST` ("the action may have happened twice") and logs it.
     pub async fn call(
         &self,
         name: &str,
@@ -438,11 +465,19 @@ impl Toolbox {
         })
     }
 
-    /// Waits for every body still running (after its caller timed out or went away).
-    pub async fn shutdown(&self) {
+    /// Waits for every body still running (after its caller timed out or went away), then, up
+    /// to the shutdown grace ([`ToolboxBuilder::shutdown_grace`]), for the outcomes the store
+    /// did not take at once, and reports those it still has not taken.
+    ///
+    /// An outcome the store refused (a dropped connection) is never only logged: it is retried,
+    /// under the call's renewed lease, until the store takes it or the process exits. Call this
+    /// before the process exits, and log or act on [`ShutdownReport::unrecorded`]: each entry is a
+    /// key whose work ended and whose record will read as unknown once its lease lapses.
+    pub async fn shutdown(&self) -> ShutdownReport {
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
         self.inner.tracker.reopen();
+        self.inner.recorder.drain(self.inner.shutdown_grace).await
     }
 
     async fn status(

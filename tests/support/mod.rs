@@ -107,7 +107,12 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
     let mut failures = 0;
     for i in 0..probes {
         match store
-            .reserve(&key(format!("next-{i}")), &fp, Duration::from_secs(60))
+            .reserve(
+                &key(format!("next-{i}")),
+                &fp,
+                &toolkey::store::Token::generate(),
+                Duration::from_secs(60),
+            )
             .await
         {
             Ok(Reservation::Reserved(_)) => {}
@@ -121,7 +126,12 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
     );
     for i in 0..20 {
         let answer = store
-            .reserve(&key(format!("after-{i}")), &fp, Duration::from_secs(60))
+            .reserve(
+                &key(format!("after-{i}")),
+                &fp,
+                &toolkey::store::Token::generate(),
+                Duration::from_secs(60),
+            )
             .await;
         assert!(
             matches!(answer, Ok(Reservation::Reserved(_))),

@@ -199,8 +199,17 @@ impl Ctx {
         fp: &Fingerprint,
         lease: Duration,
     ) -> Result<Token, String> {
-        match self.store.reserve(key, fp, lease).await.map_err(err)? {
-            Reservation::Reserved(token) => Ok(token),
+        let token = Token::generate();
+        match self
+            .store
+            .reserve(key, fp, &token, lease)
+            .await
+            .map_err(err)?
+        {
+            Reservation::Reserved(held) if held == token => Ok(token),
+            Reservation::Reserved(held) => Err(format!(
+                "reserve answered token {held:?}, not the caller's {token:?}"
+            )),
             other => Err(format!("expected Reserved for {key:?}, got {other:?}")),
         }
     }
@@ -227,7 +236,7 @@ async fn reserve_then_in_progress(cx: Ctx) -> Result<(), String> {
     cx.reserve(&key, &fp(1), cx.long()).await?;
     let again = cx
         .store
-        .reserve(&key, &fp(2), cx.long())
+        .reserve(&key, &fp(2), &Token::generate(), cx.long())
         .await
         .map_err(err)?;
     ensure(
@@ -245,7 +254,9 @@ async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
         let store = cx.store.clone();
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
-            store.reserve(&key, &fp(1), Duration::from_secs(300)).await
+            store
+                .reserve(&key, &fp(1), &Token::generate(), Duration::from_secs(300))
+                .await
         }));
     }
     let mut reserved = 0;
@@ -335,7 +346,7 @@ async fn completed_is_returned_with_outcome(cx: Ctx) -> Result<(), String> {
     )?;
     let again = cx
         .store
-        .reserve(&key, &fp(1), cx.long())
+        .reserve(&key, &fp(1), &Token::generate(), cx.long())
         .await
         .map_err(err)?;
     ensure(
@@ -362,7 +373,7 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
     cx.lapse().await;
     let stale = match cx
         .store
-        .reserve(&key, &fp(1), cx.lease)
+        .reserve(&key, &fp(1), &Token::generate(), cx.lease)
         .await
         .map_err(err)?
     {
@@ -487,7 +498,7 @@ async fn unknown_is_stale_and_can_be_taken_over(cx: Ctx) -> Result<(), String> {
     )?;
     let stale = match cx
         .store
-        .reserve(&key, &fp(1), cx.long())
+        .reserve(&key, &fp(1), &Token::generate(), cx.long())
         .await
         .map_err(err)?
     {
@@ -625,7 +636,10 @@ async fn corrupt_record_is_an_error(cx: Ctx) -> Result<(), String> {
     ensure(matches!(read, Err(StoreError::Corrupt { .. })), || {
         format!("get of a corrupt record gave {read:?}")
     })?;
-    let reserve = cx.store.reserve(&key, &fp(1), cx.long()).await;
+    let reserve = cx
+        .store
+        .reserve(&key, &fp(1), &Token::generate(), cx.long())
+        .await;
     ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || {
         format!("reserve of a corrupt record gave {reserve:?}")
     })

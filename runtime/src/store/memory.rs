@@ -142,6 +142,7 @@ impl Store for MemoryStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.with(|records, now| {
@@ -150,7 +151,7 @@ impl Store for MemoryStore {
                     return Ok(Reservation::Existing(entry.to_record(key, now)?));
                 }
             }
-            let token = Token::generate();
+            let token = token.clone();
             records.insert(
                 key.clone(),
                 StoredRecord {

@@ -23,6 +23,8 @@ use crate::{Fingerprint, ToolError};
 
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod faults;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -166,7 +168,8 @@ impl Record {
 /// The answer to [`Store::reserve`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reservation {
-    /// The key was free (or its record had expired): the caller holds it and must run the work.
+    /// The key was free (or its record had expired): the caller holds it, under the token it
+    /// passed, and must run the work.
     Reserved(Token),
     /// The key was taken; this is its record.
     Existing(Record),
@@ -177,8 +180,8 @@ pub enum Reservation {
 #[non_exhaustive]
 pub enum StoreError {
     /// The store could not be reached or did not answer. Nothing was read; a write whose answer
-    /// was lost on the way back may still have been applied (a reserve may hold the key under a
-    /// token the caller never learned, until its lease lapses).
+    /// was lost on the way back may still have been applied (a reserve may hold the key under
+    /// the caller's token: releasing that token frees it).
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// The store is configured wrongly: a bad table name or connection URL, or records written
@@ -222,6 +225,8 @@ impl StoreError {
 ///   tasks, processes or machines — exactly one gets [`Reservation::Reserved`]; the store's own
 ///   primitive settles it (a unique constraint, `SET NX`, a compare-and-swap under a lock), never
 ///   a read followed by a write.
+/// - **The caller's token.** `reserve` holds the key under the token its caller passed, so a
+///   caller whose reply was lost can release what it may have reserved.
 /// - **Fencing.** `complete`, `release`, `renew` and `mark_unknown` apply only while the record is
 ///   in progress under the given token, and return `false` (changing nothing) otherwise.
 ///   `take_over` succeeds for exactly one caller naming the stale record's token.
@@ -239,12 +244,18 @@ impl StoreError {
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Reserves `key` for a call with `fingerprint`, holding it for `lease`; or returns the
-    /// existing record. A completed record past its retention counts as absent and is replaced.
+    /// Reserves `key` for a call with `fingerprint` under `token`, holding it for `lease`; or
+    /// returns the existing record. A completed record past its retention counts as absent and
+    /// is replaced.
+    ///
+    /// The caller draws the token ([`Token::generate`]) before it asks, so that when the reply is
+    /// lost it still knows the token a reservation may have been written under, and can release
+    /// it: "nothing was done" stays true and the key stays usable.
     async fn reserve(
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError>;
 
@@ -320,9 +331,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        (**self).reserve(key, fingerprint, lease).await
+        (**self).reserve(key, fingerprint, token, lease).await
     }
     async fn complete(
         &self,

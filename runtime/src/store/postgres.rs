@@ -595,11 +595,11 @@ impl Store for PostgresStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (fp, lease) = (fingerprint.to_hex(), span_ms(lease));
         for _ in 0..RESERVE_ATTEMPTS {
-            let token = Token::generate();
             let inserted = self
                 .run(async |client: &mut ClientWrapper| {
                     let statement = client
@@ -616,7 +616,7 @@ impl Store for PostgresStore {
                 })
                 .await?;
             if inserted.is_some() {
-                return Ok(Reservation::Reserved(token));
+                return Ok(Reservation::Reserved(token.clone()));
             }
             // The conflicting record may be gone (released) or expired by now: then try again.
             if let Some((stored, now)) = self.read(key).await? {

@@ -501,15 +501,15 @@ impl Store for RedisStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let token = Token::generate();
         let (fp, lease) = (fingerprint.to_hex(), span_ms(lease).to_string());
         match self
             .read(&SCRIPTS.reserve, key, &[token.as_str(), &fp, &lease])
             .await?
         {
-            Read::Reserved => Ok(Reservation::Reserved(token)),
+            Read::Reserved => Ok(Reservation::Reserved(token.clone())),
             Read::Found(stored, now) => stored.to_record(key, now).map(Reservation::Existing),
             Read::Absent => Err(StoreError::Unavailable(
                 "redis: reserve answered absent".into(),

@@ -66,7 +66,7 @@ const COLUMNS: &str =
 /// ```
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
-    clock: Box<dyn Clock>,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -112,7 +112,7 @@ impl SqliteStore {
     /// # drop(store);
     /// ```
     pub fn with_clock(mut self, clock: impl Clock) -> SqliteStore {
-        self.clock = Box::new(clock);
+        self.clock = Arc::new(clock);
         self
     }
 
@@ -138,24 +138,45 @@ impl SqliteStore {
         migrate(&mut conn)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
-            clock: Box::new(SystemClock),
+            clock: Arc::new(SystemClock),
         })
     }
 
-    fn now_ms(&self) -> i64 {
-        to_millis(self.clock.now())
-    }
-
-    /// Runs `f` with the connection on tokio's blocking pool.
-    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// Runs `f` on tokio's blocking pool, in a transaction that holds the database's write lock
+    /// (`BEGIN IMMEDIATE`), with the clock read once the lock is held: a lease or a retention
+    /// is measured from when the write applies, not from before a wait for another process's
+    /// lock (or this store's own connection).
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     {
-        let conn = self.conn.clone();
+        let (conn, clock) = (self.conn.clone(), self.clock.clone());
         tokio::task::spawn_blocking(move || {
             let mut conn = lock(&conn);
-            f(&mut conn)
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(unavailable)?;
+            let now = to_millis(clock.now());
+            let answer = f(&tx, now)?;
+            tx.commit().map_err(unavailable)?;
+            Ok(answer)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+    }
+
+    /// Runs `f` on tokio's blocking pool with the connection and the clock read once the
+    /// connection is this call's.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (conn, clock) = (self.conn.clone(), self.clock.clone());
+        tokio::task::spawn_blocking(move || {
+            let conn = lock(&conn);
+            f(&conn, to_millis(clock.now()))
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
@@ -231,7 +252,7 @@ fn unavailable(e: rusqlite::Error) -> StoreError {
 }
 
 /// Reads the record of `key`, if there is one.
-fn read(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, StoreError> {
+fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, StoreError> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM toolkey_records WHERE tenant = ?1 AND key = ?2"
@@ -293,19 +314,16 @@ impl Store for SqliteStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        let (key, fp, now) = (key.clone(), fingerprint.to_hex(), self.now_ms());
-        let lease_until = now.saturating_add(span_ms(lease));
-        self.run(move |conn| {
-            // The write lock is taken before anything is read: of two processes reserving one
-            // key, the second reads the first's committed row.
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(unavailable)?;
-            let token = Token::generate();
+        let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
+        // The write lock is taken before anything is read: of two processes reserving one key,
+        // the second reads the first's committed row.
+        self.write(move |tx, now| {
+            let lease_until = now.saturating_add(span_ms(lease));
             let inserted = fenced(
-                &tx,
+                tx,
                 &format!(
                     "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
                      VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
@@ -318,16 +336,13 @@ impl Store for SqliteStore {
                 ),
                 params![key.tenant, key.key, token.as_str(), fp, now, lease_until],
             )?;
-            let answer = if inserted {
-                Reservation::Reserved(token)
-            } else {
-                let stored = read(&tx, &key)?.ok_or_else(|| {
-                    StoreError::Unavailable("sqlite: a conflicting row vanished".into())
-                })?;
-                Reservation::Existing(stored.to_record(&key, now)?)
-            };
-            tx.commit().map_err(unavailable)?;
-            Ok(answer)
+            if inserted {
+                return Ok(Reservation::Reserved(token));
+            }
+            let stored = read_row(tx, &key)?.ok_or_else(|| {
+                StoreError::Unavailable("sqlite: a conflicting row vanished".into())
+            })?;
+            Ok(Reservation::Existing(stored.to_record(&key, now)?))
         })
         .await
     }
@@ -339,16 +354,11 @@ impl Store for SqliteStore {
         outcome: &Outcome,
         retain: Duration,
     ) -> Result<bool, StoreError> {
-        let (key, token, text, now) = (
-            key.clone(),
-            token.clone(),
-            outcome.to_stored(),
-            self.now_ms(),
-        );
-        let expires_at = now.saturating_add(span_ms(retain));
-        self.run(move |conn| {
+        let (key, token, text) = (key.clone(), token.clone(), outcome.to_stored());
+        self.write(move |tx, now| {
+            let expires_at = now.saturating_add(span_ms(retain));
             fenced(
-                conn,
+                tx,
                 &format!(
                     "UPDATE toolkey_records
                      SET state = '{COMPLETED}', outcome = ?4, completed_at_ms = ?5, expires_at_ms = ?6
@@ -362,9 +372,9 @@ impl Store for SqliteStore {
 
     async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
         let (key, token) = (key.clone(), token.clone());
-        self.run(move |conn| {
+        self.write(move |tx, _| {
             fenced(
-                conn,
+                tx,
                 &format!(
                     "DELETE FROM toolkey_records
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
@@ -382,15 +392,19 @@ impl Store for SqliteStore {
         lease: Duration,
     ) -> Result<bool, StoreError> {
         let (key, token) = (key.clone(), token.clone());
-        let lease_until = self.now_ms().saturating_add(span_ms(lease));
-        self.run(move |conn| {
+        self.write(move |tx, now| {
             fenced(
-                conn,
+                tx,
                 &format!(
                     "UPDATE toolkey_records SET lease_until_ms = ?4
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
                 ),
-                params![key.tenant, key.key, token.as_str(), lease_until],
+                params![
+                    key.tenant,
+                    key.key,
+                    token.as_str(),
+                    now.saturating_add(span_ms(lease))
+                ],
             )
         })
         .await
@@ -398,9 +412,9 @@ impl Store for SqliteStore {
 
     async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
         let (key, token) = (key.clone(), token.clone());
-        self.run(move |conn| {
+        self.write(move |tx, _| {
             fenced(
-                conn,
+                tx,
                 &format!(
                     "UPDATE toolkey_records SET state = '{UNKNOWN}'
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
@@ -417,19 +431,25 @@ impl Store for SqliteStore {
         stale: &Token,
         lease: Duration,
     ) -> Result<Option<Token>, StoreError> {
-        let (key, stale, now) = (key.clone(), stale.clone(), self.now_ms());
-        let lease_until = now.saturating_add(span_ms(lease));
-        self.run(move |conn| {
+        let (key, stale) = (key.clone(), stale.clone());
+        self.write(move |tx, now| {
             let token = Token::generate();
             let won = fenced(
-                conn,
+                tx,
                 &format!(
                     "UPDATE toolkey_records
                      SET state = '{IN_PROGRESS}', token = ?4, since_ms = ?5, lease_until_ms = ?6
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3
                        AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until_ms <= ?5))"
                 ),
-                params![key.tenant, key.key, stale.as_str(), token.as_str(), now, lease_until],
+                params![
+                    key.tenant,
+                    key.key,
+                    stale.as_str(),
+                    token.as_str(),
+                    now,
+                    now.saturating_add(span_ms(lease))
+                ],
             )?;
             Ok(won.then_some(token))
         })
@@ -437,8 +457,8 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let (key, now) = (key.clone(), self.now_ms());
-        self.run(move |conn| match read(conn, &key)? {
+        let key = key.clone();
+        self.read(move |conn, now| match read_row(conn, &key)? {
             Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
             _ => Ok(None),
         })
@@ -446,9 +466,8 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let now = self.now_ms();
-        self.run(move |conn| {
-            let mut stmt = conn
+        self.write(move |tx, now| {
+            let mut stmt = tx
                 .prepare_cached(&format!(
                     "DELETE FROM toolkey_records WHERE state = '{COMPLETED}' AND expires_at_ms <= ?1"
                 ))

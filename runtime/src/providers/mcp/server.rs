@@ -97,7 +97,8 @@ impl McpServer {
             .await
             .map_err(std::io::Error::other)?;
         let quit = running.waiting().await.map_err(std::io::Error::other);
-        toolbox.shutdown().await;
+        // Each write the store did not take is logged by the shutdown itself.
+        let _ = toolbox.shutdown().await;
         quit.map(drop)
     }
 

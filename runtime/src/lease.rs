@@ -1,0 +1,287 @@
+//! Holding a reservation: its lease renewed from a task of its own, and the writes that end it
+//! (complete, release, mark unknown) retried until the store takes them.
+//!
+//! Two promises rest here. A body that blocks its thread must not lose its lease: the renewal
+//! runs in its own task, so it goes on while the body's task is stuck (on a multi-thread
+//! runtime; see [`Toolbox`](crate::Toolbox) on blocking work). And an outcome the process knows
+//! must not be lost to one failed write: a write the store did not take is retried, under the
+//! renewed lease, with backoff, until it lands or the process stops; `Toolbox::shutdown` waits
+//! for that (with a bound) and reports what it could not write.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+use crate::key::log_hash;
+use crate::store::{Outcome, Record, RecordKey, Store, StoreError, Token};
+
+/// How soon a failed renewal or write is tried again, at first and at most.
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+const LAST_RETRY: Duration = Duration::from_secs(2);
+
+/// Renews one reservation's lease from a task of its own until dropped.
+pub(crate) struct Renewal {
+    lost: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Renewal {
+    /// Starts renewing `token`'s lease every third of `lease`; a failed renewal is tried again
+    /// soon, so a short outage does not let the lease lapse.
+    pub(crate) fn start(
+        store: Arc<dyn Store>,
+        rkey: RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Renewal {
+        let lost = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let lost = lost.clone();
+            async move {
+                let period = (lease / 3).max(Duration::from_millis(10));
+                let mut wait = period;
+                loop {
+                    tokio::time::sleep(wait).await;
+                    match store.renew(&rkey, &token, lease).await {
+                        Ok(true) => wait = period,
+                        Ok(false) => {
+                            lost.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
+                            wait = (period / 8).max(FIRST_RETRY).min(period);
+                        }
+                    }
+                }
+            }
+        });
+        Renewal { lost, task }
+    }
+
+    /// True once a renewal found the reservation no longer held by its token: the lease
+    /// lapsed and another call took the key over (or the reservation was ended).
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A write that ends a reservation.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// Record the outcome, kept for the retention.
+    Complete(Outcome, Duration),
+    /// Free the key (a retryable failure, or a reservation nothing ran under).
+    Release,
+    /// Keep the record as unknown.
+    MarkUnknown,
+}
+
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Landed {
+    /// The store holds what the write meant (by this attempt or an earlier one whose reply was
+    /// lost).
+    Yes,
+    /// The reservation was no longer this token's: its lease lapsed and another call took the
+    /// key over.
+    TakenOver,
+}
+
+impl Write {
+    fn what(&self) -> &'static str {
+        match self {
+            Write::Complete(..) => "outcome",
+            Write::Release => "release",
+            Write::MarkUnknown => "unknown mark",
+        }
+    }
+
+    /// Applies the write once. A fenced write that changes nothing may have been applied by an
+    /// earlier attempt whose reply was lost: the record tells.
+    async fn apply(
+        &self,
+        store: &dyn Store,
+        rkey: &RecordKey,
+        token: &Token,
+    ) -> Result<Landed, StoreError> {
+        let applied = match self {
+            Write::Complete(outcome, retain) => {
+                store.complete(rkey, token, outcome, *retain).await?
+            }
+            Write::MarkUnknown => store.mark_unknown(rkey, token).await?,
+            // Not held by this token: nothing of this reservation holds the key.
+            Write::Release => return store.release(rkey, token).await.map(|_| Landed::Yes),
+        };
+        if applied {
+            return Ok(Landed::Yes);
+        }
+        let landed = match (self, store.get(rkey).await?) {
+            (Write::Complete(outcome, _), Some(Record::Completed { outcome: held, .. })) => {
+                held == *outcome
+            }
+            (Write::MarkUnknown, Some(Record::Stale { token: held, .. })) => held == *token,
+            _ => false,
+        };
+        Ok(if landed {
+            Landed::Yes
+        } else {
+            Landed::TakenOver
+        })
+    }
+}
+
+/// A write not yet taken by the store, as [`Toolbox::shutdown`](crate::Toolbox::shutdown)
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrecorded {
+    /// What ran: the tool (or the tool's step).
+    pub what: String,
+    /// The key, as a short hash (keys carry argument values).
+    pub key_hash: String,
+    /// The tenant of the record.
+    pub tenant: String,
+    /// Which write: `"outcome"`, `"release"` or `"unknown mark"`.
+    pub write: &'static str,
+    /// The store's last error.
+    pub error: String,
+}
+
+/// What [`Toolbox::shutdown`](crate::Toolbox::shutdown) found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "writes the store did not take are lost when the process exits: log or act on them"]
+pub struct ShutdownReport {
+    /// Writes still not taken by the store when the wait ended. Each is still being retried
+    /// while the process runs; when it exits, the key's lease lapses and the key reads as
+    /// unknown.
+    pub unrecorded: Vec<Unrecorded>,
+}
+
+impl ShutdownReport {
+    /// True when every outcome was recorded.
+    pub fn is_clean(&self) -> bool {
+        self.unrecorded.is_empty()
+    }
+}
+
+/// The writes retried in the background, shared by a toolbox's calls.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    tracker: TaskTracker,
+    pending: Mutex<HashMap<u64, Unrecorded>>,
+    next: AtomicU64,
+}
+
+impl Recorder {
+    /// Applies `write`; if the store does not take it, retries it in the background (keeping
+    /// `renewal` alive, so the lease holds meanwhile) and answers as if it landed: the outcome is
+    /// known and will be recorded. `TakenOver` only when the store said so.
+    pub(crate) async fn write(
+        self: &Arc<Self>,
+        store: &Arc<dyn Store>,
+        rkey: &RecordKey,
+        token: &Token,
+        write: Write,
+        renewal: Option<Renewal>,
+        what: &str,
+    ) -> Landed {
+        let first = write.apply(&**store, rkey, token).await;
+        let error = match first {
+            Ok(landed) => {
+                if landed == Landed::TakenOver {
+                    tracing::error!(what, key = %log_hash(&rkey.key), write = write.what(), "the reservation was taken over after its lease lapsed: this call's {} was not written", write.what());
+                }
+                return landed;
+            }
+            Err(e) => e,
+        };
+        tracing::warn!(what, key = %log_hash(&rkey.key), error = %error, "the store did not take the {}; retrying it until it does", write.what());
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(
+            id,
+            Unrecorded {
+                what: what.to_string(),
+                key_hash: log_hash(&rkey.key).to_string(),
+                tenant: rkey.tenant.clone(),
+                write: write.what(),
+                error: error.to_string(),
+            },
+        );
+        let (recorder, store, rkey, token) =
+            (self.clone(), store.clone(), rkey.clone(), token.clone());
+        let what = what.to_string();
+        self.tracker.spawn(async move {
+            let _renewal = renewal;
+            let mut wait = FIRST_RETRY;
+            loop {
+                tokio::time::sleep(wait).await;
+                match write.apply(&*store, &rkey, &token).await {
+                    Ok(landed) => {
+                        recorder.lock().remove(&id);
+                        match landed {
+                            Landed::Yes => tracing::info!(what, key = %log_hash(&rkey.key), "the {} was written after retries", write.what()),
+                            Landed::TakenOver => tracing::error!(what, key = %log_hash(&rkey.key), "the reservation was taken over before the {} could be written", write.what()),
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        if let Some(entry) = recorder.lock().get_mut(&id) {
+                            entry.error = e.to_string();
+                        }
+                        wait = (wait * 2).min(LAST_RETRY);
+                    }
+                }
+            }
+        });
+        Landed::Yes
+    }
+
+    /// Waits up to `bound` for the background writes, and reports those still pending.
+    pub(crate) async fn drain(&self, bound: Duration) -> ShutdownReport {
+        self.tracker.close();
+        let _ = tokio::time::timeout(bound, self.tracker.wait()).await;
+        self.tracker.reopen();
+        let mut unrecorded: Vec<Unrecorded> = self.lock().values().cloned().collect();
+        unrecorded.sort_by(|a, b| (&a.tenant, &a.key_hash).cmp(&(&b.tenant, &b.key_hash)));
+        for entry in &unrecorded {
+            tracing::error!(what = %entry.what, key = %entry.key_hash, write = entry.write, error = %entry.error, "shutdown: not written to the store yet");
+        }
+        ShutdownReport { unrecorded }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Unrecorded>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Frees a reservation `reserve` may have written under `token` before its reply was lost:
+/// tried a few times at once, then in the background until the store answers.
+pub(crate) async fn unreserve(
+    recorder: &Arc<Recorder>,
+    store: &Arc<dyn Store>,
+    rkey: &RecordKey,
+    token: &Token,
+    what: &str,
+) {
+    let mut wait = FIRST_RETRY;
+    for _ in 0..3 {
+        if store.release(rkey, token).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+    }
+    recorder
+        .write(store, rkey, token, Write::Release, None, what)
+        .await;
+}

@@ -1,0 +1,248 @@
+//! One test per fault the simulation found on the first executor, each counting effects on a
+//! ledger: a body that blocks its thread past its lease, an outcome whose first write fails, a
+//! reserve whose reply is lost, and a call whose lease was taken over.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+use toolkey::store::{ManualClock, MemoryStore, Store};
+use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+
+/// The outside system: picks made per order, and what a lookup finds.
+#[derive(Default)]
+struct Warehouse {
+    picks: Mutex<Vec<String>>,
+    /// How long a pick blocks its thread (a synchronous client).
+    block: Mutex<Duration>,
+    /// Set to hold a pick until the test releases it.
+    gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
+}
+
+impl Warehouse {
+    fn picks(&self) -> usize {
+        self.picks.lock().unwrap().len()
+    }
+
+    async fn pick(&self, order: &str) -> String {
+        let gate = self.gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        let block = *self.block.lock().unwrap();
+        if !block.is_zero() {
+            std::thread::sleep(block);
+        }
+        let mut picks = self.picks.lock().unwrap();
+        picks.push(order.to_string());
+        format!("pick-{}", picks.len())
+    }
+
+    fn find(&self, order: &str) -> Option<String> {
+        let picks = self.picks.lock().unwrap();
+        picks
+            .iter()
+            .position(|o| o == order)
+            .map(|i| format!("pick-{}", i + 1))
+    }
+}
+
+/// Pick an order, looked up before a retry acts.
+#[tool(idempotent(key = "pick:<order>", recover = find_pick), lease = "300ms", timeout = "100ms")]
+async fn pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    Ok(warehouse.pick(&order).await)
+}
+
+async fn find_pick(
+    warehouse: State<Warehouse>,
+    order: String,
+) -> Result<Option<String>, ToolError> {
+    Ok(warehouse.find(&order))
+}
+
+/// Pick an order, with no way to look it up.
+#[tool(idempotent(key = "blind-pick:<order>"))]
+async fn blind_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    Ok(warehouse.pick(&order).await)
+}
+
+fn ctx() -> ToolContext {
+    ToolContext::new("run-1").with_tenant("acme-corp")
+}
+
+fn toolbox(store: impl Store, warehouse: Arc<Warehouse>) -> Toolbox {
+    Toolbox::builder()
+        .store(store)
+        .shared_state(warehouse)
+        .tool(Pick)
+        .tool(BlindPick)
+        .shutdown_grace(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// A body that blocks its thread for three leases keeps its key: the lease is renewed from a
+/// task of its own, so a retry with a recover hook finds the call in progress instead of taking
+/// the key over and picking a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_blocks_its_thread_keeps_its_lease() {
+    let warehouse = Arc::new(Warehouse::default());
+    *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+    let toolbox = toolbox(MemoryStore::new(), warehouse.clone());
+    let err = toolbox
+        .call("pick", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Timeout), "{err:?}");
+    // Past the 300 ms lease, while the body still blocks its thread.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let err = toolbox
+        .call("pick", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    assert!(toolbox.shutdown().await.is_clean());
+    let replay = toolbox
+        .call("pick", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
+    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
+}
+
+/// The outcome's first write fails: it is written again until the store takes it, so the next
+/// call, long after the lease would have lapsed, replays it instead of saying "unknown".
+#[tokio::test]
+async fn an_outcome_whose_write_failed_is_written_again() {
+    let clock = Arc::new(ManualClock::new());
+    let store = FaultyStore::new(
+        MemoryStore::with_clock(clock.clone()),
+        Plan::script([
+            (Op::Complete, Fault::FailBefore),
+            (Op::Complete, Fault::LoseReply),
+        ]),
+    );
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = toolbox(store, warehouse.clone());
+    let first = toolbox
+        .call("blind_pick", json!({"order": "o-2"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(first.value, json!("pick-1"));
+    assert!(toolbox.shutdown().await.is_clean());
+    clock.advance(Duration::from_secs(60));
+    let again = toolbox
+        .call("blind_pick", json!({"order": "o-2"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((again.value, again.replayed), (json!("pick-1"), true));
+    let status = toolbox
+        .call("blind_pick_status", json!({"order": "o-2"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "completed");
+    assert_eq!(status.value["result"], "pick-1");
+    assert_eq!(warehouse.picks(), 1);
+}
+
+/// A store that never takes the outcome: shutdown waits its grace, then names what it could not
+/// write instead of only logging it.
+#[tokio::test]
+async fn shutdown_reports_an_outcome_it_could_not_write() {
+    let store = FaultyStore::new(
+        MemoryStore::new(),
+        Plan::random(1).fail_before(1.0).only([Op::Complete]),
+    );
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .shared_state(warehouse.clone())
+        .tool(BlindPick)
+        .shutdown_grace(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let out = toolbox
+        .call("blind_pick", json!({"order": "o-3"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("pick-1"));
+    let report = toolbox.shutdown().await;
+    assert_eq!(report.unrecorded.len(), 1, "{report:?}");
+    let lost = &report.unrecorded[0];
+    assert_eq!(
+        (lost.what.as_str(), lost.write),
+        ("`blind_pick`", "outcome")
+    );
+    assert_eq!(lost.tenant, "acme-corp");
+    assert!(!lost.key_hash.contains("o-3"), "keys appear only as hashes");
+    assert_eq!(warehouse.picks(), 1);
+}
+
+/// A reserve applied with its reply lost: the call answers STORE_UNAVAILABLE, "nothing was
+/// done", and that stays true: its reservation is released, so the retry runs at once.
+#[tokio::test]
+async fn a_reserve_whose_reply_was_lost_leaves_the_key_usable() {
+    let store = FaultyStore::new(
+        MemoryStore::new(),
+        Plan::script([(Op::Reserve, Fault::LoseReply)]),
+    );
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = toolbox(store, warehouse.clone());
+    let err = toolbox
+        .call("blind_pick", json!({"order": "o-4"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(
+        err.is(ErrorCode::StoreUnavailable) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert_eq!(warehouse.picks(), 0, "nothing was done");
+    let status = toolbox
+        .call("blind_pick_status", json!({"order": "o-4"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value, json!({"status": "not_found"}));
+    let out = toolbox
+        .call("blind_pick", json!({"order": "o-4"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((out.value, out.replayed), (json!("pick-1"), false));
+    assert_eq!(warehouse.picks(), 1);
+}
+
+/// A call whose lease lapsed and was taken over while its body ran says so: LEASE_LOST, not a
+/// plain success, since the call that took over may have acted too (here it did: two picks).
+#[tokio::test]
+async fn a_call_whose_lease_was_taken_over_says_so() {
+    let clock = Arc::new(ManualClock::new());
+    let warehouse = Arc::new(Warehouse::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *warehouse.gate.lock().unwrap() = Some(gate.clone());
+    let toolbox = Toolbox::builder()
+        .store(MemoryStore::with_clock(clock.clone()))
+        .shared_state(warehouse.clone())
+        .tool(Pick)
+        .timeout("pick", None)
+        .build()
+        .unwrap();
+    let first = {
+        let toolbox = toolbox.clone();
+        tokio::spawn(async move { toolbox.call("pick", json!({"order": "o-5"}), &ctx()).await })
+    };
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The store's clock jumps past the lease before any renewal: the key reads stale.
+    clock.advance(Duration::from_secs(60));
+    *warehouse.gate.lock().unwrap() = None;
+    let second = toolbox
+        .call("pick", json!({"order": "o-5"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(second.value, json!("pick-1"));
+    gate.notify_one();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
+    assert!(err.message().contains("may have happened twice"));
+    assert_eq!(warehouse.picks(), 2);
+}
