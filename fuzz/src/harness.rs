@@ -190,9 +190,13 @@ impl Fixture {
             let answer = tokio::time::timeout(HANG, fut)
                 .await
                 .unwrap_or_else(|_| panic!("hang: no answer within {HANG:?}"));
-            tokio::time::timeout(HANG, self.toolbox.shutdown())
+            let report = tokio::time::timeout(HANG, self.toolbox.shutdown())
                 .await
                 .unwrap_or_else(|_| panic!("hang: a body still runs after {HANG:?}"));
+            assert!(
+                report.is_clean(),
+                "an outcome the store did not take: {report:?}"
+            );
             answer
         });
         let done = Effects {

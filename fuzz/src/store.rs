@@ -65,9 +65,10 @@ impl Store for CountingStore {
         &self,
         key: &RecordKey,
         fingerprint: &Fingerprint,
+        token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        self.write().reserve(key, fingerprint, lease).await
+        self.write().reserve(key, fingerprint, token, lease).await
     }
 
     async fn complete(
