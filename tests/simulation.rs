@@ -21,7 +21,7 @@
 //! each other store);
 //! `TOOLKEY_SIM_SEED=S` runs schedule `S` alone (on every store, or one: name its test).
 //! The memory store runs on tokio's paused clock, so schedules take no wall time; SQLite,
-//! PostgreSQL and Redis run on their real clocks with 300 ms leases, many schedules at once.
+//! PostgreSQL and Redis run on their real clocks with 1.5 s leases, many schedules at once.
 //!
 //! Run it with `cargo test --release --test simulation` (add `--all-features` for PostgreSQL and
 //! Redis).
@@ -44,8 +44,12 @@ use toolkey::store::{
 };
 use toolkey::{tool, ErrorCode, Fingerprint, State, ToolContext, ToolError, Toolbox};
 
-/// The lease every simulated tool holds (renewed every 100 ms while its body runs).
-const LEASE: Duration = Duration::from_millis(300);
+/// The lease every simulated tool holds (renewed every 500 ms while its body runs). Long enough
+/// that a renewal delayed by a busy machine (a debug build on two cores) still lands in time:
+/// a worker starved of CPU for longer than its lease loses it, and no lease protocol can stop
+/// the work it already started. Bodies that block their thread past the lease are the
+/// regression test `faults.rs::a_body_that_blocks_its_thread_keeps_its_lease`.
+const LEASE: Duration = Duration::from_millis(1500);
 const TOOLS: [&str; 3] = ["charge", "blind", "ship"];
 
 // ---------------------------------------------------------------------------------------------
@@ -275,7 +279,7 @@ impl Worker {
 }
 
 /// Charge an order.
-#[tool(idempotent(key = "charge:<order>", recover = find_charge), lease = "300ms")]
+#[tool(idempotent(key = "charge:<order>", recover = find_charge), lease = "1500ms")]
 async fn charge(
     worker: State<Worker>,
     ctx: &ToolContext,
@@ -294,7 +298,7 @@ async fn find_charge(
 }
 
 /// Charge an order, with no way to look it up.
-#[tool(idempotent(key = "blind:<order>"), lease = "300ms")]
+#[tool(idempotent(key = "blind:<order>"), lease = "1500ms")]
 async fn blind(
     worker: State<Worker>,
     ctx: &ToolContext,
@@ -304,7 +308,7 @@ async fn blind(
 }
 
 /// Ship an order in two steps, each at most once.
-#[tool(idempotent(key = "ship:<order>", recover = resume_shipping), lease = "300ms")]
+#[tool(idempotent(key = "ship:<order>", recover = resume_shipping), lease = "1500ms")]
 async fn ship(worker: State<Worker>, ctx: &ToolContext, order: String) -> Result<Value, ToolError> {
     let key = format!("ship:{order}");
     let call = ctx.run_id().to_string();
@@ -1055,6 +1059,7 @@ fn conclude(store: &str, test: &str, results: Vec<(u64, Report)>) {
 
 #[test]
 fn memory_store() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     quiet_simulated_panics();
     let seeds = seeds(env_u64("TOOLKEY_SIM_SCHEDULES").unwrap_or(MEMORY_SCHEDULES));
     let next = AtomicUsize::new(0);
@@ -1091,13 +1096,20 @@ fn memory_store() {
     conclude("memory", "memory_store", results);
 }
 
+/// One store's simulation at a time: run side by side, they would starve each other's lease
+/// renewals of CPU on a small machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Runs `count` schedules on a store with a real clock, many at once, on `runtime`.
 async fn real_clock(target: Target, count: u64, test: &str) {
+    let _turn = ONE_AT_A_TIME.lock().await;
     quiet_simulated_panics();
     let seeds = seeds(count);
-    // Bodies that block their thread hold a worker thread each: the runtime has as many threads
-    // as schedules run at once, so blocked bodies never starve the lease renewals (as the
-    // docs tell users: blocking work belongs on `spawn_blocking` or a runtime with room).
+    // Bodies that block their thread hold a worker thread each. The runtimes below have far more
+    // threads than the blocked bodies of the schedules run at once can hold (a few each), so
+    // blocked bodies never starve the lease renewals (as the docs tell users: blocking work
+    // belongs on `spawn_blocking` or a runtime with room). Blocking every worker thread is the
+    // one way to stop a renewal, and no lease protocol survives it.
     let at_once = 16;
     let mut results = Vec::new();
     for batch in seeds.chunks(at_once) {
@@ -1121,7 +1133,7 @@ const MEMORY_SCHEDULES: u64 = 20_000;
 const REAL_SCHEDULES: u64 = 1_000;
 
 #[cfg(feature = "sqlite")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 32)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
 async fn sqlite_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = toolkey::store::SqliteStore::open(dir.path().join("simulation.db")).unwrap();
@@ -1134,7 +1146,7 @@ async fn sqlite_store() {
 }
 
 #[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 32)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
 async fn postgres_store() {
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
     let url = support::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
@@ -1155,7 +1167,7 @@ async fn postgres_store() {
 }
 
 #[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 32)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
 async fn redis_store() {
     const VAR: &str = "TOOLKEY_REDIS_URL";
     let url = support::url(VAR, "redis://127.0.0.1:6379");
