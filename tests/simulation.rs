@@ -1105,24 +1105,28 @@ async fn real_clock(target: Target, count: u64, test: &str) {
     let _turn = ONE_AT_A_TIME.lock().await;
     quiet_simulated_panics();
     let seeds = seeds(count);
-    // Bodies that block their thread hold a worker thread each. The runtimes below have far more
-    // threads than the blocked bodies of the schedules run at once can hold (a few each), so
+    // Bodies that block their thread hold a worker thread each. The runtimes below have more
+    // threads than the blocked bodies of the schedules run at once ever hold together, so
     // blocked bodies never starve the lease renewals (as the docs tell users: blocking work
     // belongs on `spawn_blocking` or a runtime with room). Blocking every worker thread is the
     // one way to stop a renewal, and no lease protocol survives it.
-    let at_once = 16;
-    let mut results = Vec::new();
-    for batch in seeds.chunks(at_once) {
-        let runs: Vec<_> = batch
-            .iter()
-            .map(|&seed| {
-                let target = target.clone();
-                tokio::spawn(async move { (seed, run_schedule(&target, seed).await) })
+    // Schedules mostly wait (timeouts, retry delays, leases lapsing): 48 run at once, each
+    // starting as soon as one ends, keep two cores busy without starving renewals.
+    let at_once = Arc::new(tokio::sync::Semaphore::new(48));
+    let runs: Vec<_> = seeds
+        .iter()
+        .map(|&seed| {
+            let target = target.clone();
+            let at_once = at_once.clone();
+            tokio::spawn(async move {
+                let _slot = at_once.acquire_owned().await.expect("never closed");
+                (seed, run_schedule(&target, seed).await)
             })
-            .collect();
-        for run in runs {
-            results.push(run.await.expect("a schedule task"));
-        }
+        })
+        .collect();
+    let mut results = Vec::new();
+    for run in runs {
+        results.push(run.await.expect("a schedule task"));
     }
     conclude(target.name, test, results);
 }
@@ -1133,7 +1137,7 @@ const MEMORY_SCHEDULES: u64 = 20_000;
 const REAL_SCHEDULES: u64 = 1_000;
 
 #[cfg(feature = "sqlite")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 192)]
 async fn sqlite_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = toolkey::store::SqliteStore::open(dir.path().join("simulation.db")).unwrap();
@@ -1146,12 +1150,12 @@ async fn sqlite_store() {
 }
 
 #[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 192)]
 async fn postgres_store() {
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
     let url = support::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
     let store = match toolkey::store::PostgresStore::builder(&url)
-        .pool_size(48)
+        .pool_size(64)
         .connect()
         .await
     {
@@ -1167,7 +1171,7 @@ async fn postgres_store() {
 }
 
 #[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 128)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 192)]
 async fn redis_store() {
     const VAR: &str = "TOOLKEY_REDIS_URL";
     let url = support::url(VAR, "redis://127.0.0.1:6379");
