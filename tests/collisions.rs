@@ -2,16 +2,13 @@
 //! counted on a fake outside system (payments, emails, refunds), and ends with an exact count.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
-use toolkey::store::{
-    MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
-};
+use toolkey::store::faults::{FaultyStore, Plan};
+use toolkey::store::MemoryStore;
 use toolkey::{tool, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox};
 
 fn ctx() -> ToolContext {
@@ -495,79 +492,11 @@ fn fingerprints_ignore_set_order_through_prepare() {
 // ---------------------------------------------------------------------------------------------
 // 9. Bad key values never reach a store.
 
-/// Counts every operation that reaches the store underneath.
-struct Counting {
-    inner: MemoryStore,
-    ops: AtomicUsize,
-}
-
-#[async_trait]
-impl Store for Counting {
-    async fn reserve(
-        &self,
-        key: &RecordKey,
-        fp: &Fingerprint,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<Reservation, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.reserve(key, fp, token, lease).await
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        outcome: &Outcome,
-        retain: Duration,
-    ) -> Result<bool, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete(key, token, outcome, retain).await
-    }
-    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew(key, token, lease).await
-    }
-    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.mark_unknown(key, token).await
-    }
-    async fn take_over(
-        &self,
-        key: &RecordKey,
-        stale: &Token,
-        lease: Duration,
-    ) -> Result<Option<Token>, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.take_over(key, stale, lease).await
-    }
-    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.ops.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(key).await
-    }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.inner.purge_expired().await
-    }
-    async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
-        self.inner.now().await
-    }
-}
-
 #[tokio::test]
 async fn control_characters_in_key_values_are_invalid_arguments_before_any_store() {
     let out = Arc::new(Outside::default());
-    let store = Arc::new(Counting {
-        inner: MemoryStore::new(),
-        ops: AtomicUsize::new(0),
-    });
+    // A fault store with no faults: it counts every operation that reaches the store.
+    let store = Arc::new(FaultyStore::new(MemoryStore::new(), Plan::script([])));
     let tb = Toolbox::builder()
         .shared_store(store.clone())
         .shared_state(out.clone())
@@ -585,7 +514,7 @@ async fn control_characters_in_key_values_are_invalid_arguments_before_any_store
             assert!(!err.to_json().to_string().contains(bad));
         }
     }
-    assert_eq!(store.ops.load(Ordering::SeqCst), 0, "no store saw them");
+    assert_eq!(store.all_calls(), 0, "no store saw them");
     assert_eq!(out.count("refund:"), 0);
 }
 

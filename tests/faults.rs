@@ -18,6 +18,8 @@ struct Warehouse {
     block: Mutex<Duration>,
     /// Set to hold a pick until the test releases it.
     gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
+    /// Set to make the next slow pick report that it cannot tell whether it picked.
+    unsure_once: std::sync::atomic::AtomicBool,
 }
 
 impl Warehouse {
@@ -67,6 +69,19 @@ async fn blind_pick(warehouse: State<Warehouse>, order: String) -> Result<String
     Ok(warehouse.pick(&order).await)
 }
 
+/// Pick an order after three seconds of work; a retry looks it up first.
+#[tool(idempotent(key = "slow-pick:<order>", recover = find_pick), lease = "300ms")]
+async fn slow_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    if warehouse
+        .unsure_once
+        .swap(false, std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err(ToolError::outcome_unknown("the scanner did not answer"));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(warehouse.pick(&order).await)
+}
+
 fn ctx() -> ToolContext {
     ToolContext::new("run-1").with_tenant("acme-corp")
 }
@@ -77,6 +92,7 @@ fn toolbox(store: impl Store, warehouse: Arc<Warehouse>) -> Toolbox {
         .shared_state(warehouse)
         .tool(Pick)
         .tool(BlindPick)
+        .tool(SlowPick)
         .shutdown_grace(Duration::from_secs(5))
         .build()
         .unwrap()
@@ -245,4 +261,32 @@ async fn a_call_whose_lease_was_taken_over_says_so() {
     assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
     assert!(err.message().contains("may have happened twice"));
     assert_eq!(warehouse.picks(), 2);
+}
+
+/// After a take-over whose lookup found nothing, one renewal holds the lease while the body
+/// runs: the lookup's renewal hands over to the body's, instead of both renewing for the
+/// body's whole run (a store round trip every lease/3, twice).
+#[tokio::test(start_paused = true)]
+async fn a_body_after_a_take_over_is_renewed_once_per_period() {
+    let warehouse = Arc::new(Warehouse::default());
+    warehouse
+        .unsure_once
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let store = Arc::new(FaultyStore::new(MemoryStore::new(), Plan::script([])));
+    let toolbox = toolbox(store.clone(), warehouse.clone());
+    let args = json!({"order": "o-5"});
+    let unsure = toolbox
+        .call("slow_pick", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(unsure.is(ErrorCode::OutcomeUnknown) && unsure.is_retryable());
+
+    let renews_before = store.calls(Op::Renew);
+    let out = toolbox.call("slow_pick", args, &ctx()).await.unwrap();
+    assert_eq!(out.value, json!("pick-1"));
+    // 3 s of body, renewed every 100 ms: about 30 renewals; two renewals would make about 60.
+    let renews = store.calls(Op::Renew) - renews_before;
+    assert!((25..=35).contains(&renews), "{renews} renewals");
+    assert_eq!(warehouse.picks(), 1);
+    assert!(toolbox.shutdown().await.is_clean());
 }

@@ -125,7 +125,7 @@ impl OnceScope {
                 ))
             })
         };
-        let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, recorded).await;
+        let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
         let holder = Holder {
             store: &self.store,
             recorder: &self.recorder,
@@ -253,8 +253,15 @@ pub(crate) async fn run_keyed(
                 };
                 tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
                 inner.stats.recovered.inc();
-                let (looked, renewal) =
-                    drive(&store, &rkey, &token, settings.lease, recover(invocation())).await;
+                let (looked, renewal) = drive(
+                    &store,
+                    &rkey,
+                    &token,
+                    settings.lease,
+                    None,
+                    recover(invocation()),
+                )
+                .await;
                 let holder = Holder {
                     store: &store,
                     recorder: &recorder,
@@ -293,18 +300,17 @@ pub(crate) async fn run_keyed(
         }
     };
 
-    let renewal_of_lookup = renewal;
     inner.stats.executed.inc();
-    // The lookup's renewal holds the lease until the body's own starts.
+    // The lookup's renewal (after a take-over) holds the lease until the body's own starts.
     let (ran, renewal) = drive(
         &store,
         &rkey,
         &token,
         settings.lease,
+        renewal,
         (call.body)(invocation()),
     )
     .await;
-    drop(renewal_of_lookup);
     let holder = Holder {
         store: &store,
         recorder: &recorder,
@@ -351,12 +357,14 @@ impl Holder<'_> {
 }
 
 /// Runs `work` while its lease is renewed from a task of its own (so a body that blocks its
-/// thread cannot stop the renewal), catching a panic. The renewal goes on until it is dropped.
+/// thread cannot stop the renewal), catching a panic. The renewal goes on until it is dropped;
+/// `handover`, an earlier renewal of the same reservation, ends once this one runs.
 async fn drive<T, F>(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
     token: &Token,
     lease: Duration,
+    handover: Option<Renewal>,
     work: F,
 ) -> (Result<T, Panic>, Renewal)
 where
@@ -367,6 +375,7 @@ where
     // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
     // worker handles) before a body that blocks this thread can keep it there.
     tokio::task::yield_now().await;
+    drop(handover);
     let done = AssertUnwindSafe(work).catch_unwind().await;
     if renewal.lost() {
         tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");

@@ -42,7 +42,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -88,6 +88,13 @@ impl Op {
         Op::PurgeExpired,
         Op::Now,
     ];
+
+    fn index(self) -> usize {
+        Op::ALL
+            .iter()
+            .position(|op| *op == self)
+            .expect("every op is in ALL")
+    }
 
     /// True for the operations that write.
     pub fn writes(self) -> bool {
@@ -247,6 +254,7 @@ pub struct FaultyStore<S> {
     plan: Mutex<Plan>,
     stopped: AtomicBool,
     injected: Mutex<Injected>,
+    calls: [AtomicU64; Op::ALL.len()],
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -257,7 +265,18 @@ impl<S: Store> FaultyStore<S> {
             plan: Mutex::new(plan),
             stopped: AtomicBool::new(false),
             injected: Mutex::default(),
+            calls: Default::default(),
         }
+    }
+
+    /// How many times `op` was called, faulted or not: a test counts round trips with it.
+    pub fn calls(&self, op: Op) -> u64 {
+        self.calls[op.index()].load(Ordering::SeqCst)
+    }
+
+    /// How many operations were called, every kind together.
+    pub fn all_calls(&self) -> u64 {
+        Op::ALL.iter().map(|op| self.calls(*op)).sum()
     }
 
     /// No more faults: every operation from now on goes straight to the inner store.
@@ -304,6 +323,7 @@ impl<S: Store> FaultyStore<S> {
         op: Op,
         apply: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.calls[op.index()].fetch_add(1, Ordering::SeqCst);
         match self.decide(op) {
             None => apply.await,
             Some(Fault::FailBefore) => Err(lost(op, "before it was applied")),
