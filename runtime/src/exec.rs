@@ -349,7 +349,7 @@ struct Holder<'a> {
 
 impl Holder<'_> {
     /// Writes `write`, retrying it in the background (under `renewal`) until the store takes it.
-    async fn write(&self, write: Write, renewal: Option<Renewal>) -> Landed {
+    async fn write(&self, write: Write, renewal: Option<Renewal>) -> (Landed, Write) {
         self.recorder
             .write(self.store, self.rkey, self.token, write, renewal, self.what)
             .await
@@ -424,15 +424,19 @@ async fn record_outcome(
     retain: Duration,
     renewal: Renewal,
 ) -> Result<Value, ToolError> {
-    let landed = holder
-        .write(Write::Complete(outcome.clone(), retain), Some(renewal))
+    // The outcome goes into the write and comes back as the answer: no copy on the call path.
+    let (landed, write) = holder
+        .write(Write::Complete(outcome, retain), Some(renewal))
         .await;
     if landed == Landed::TakenOver {
         return Err(texts::lease_lost(holder.what));
     }
-    match outcome {
-        Outcome::Ok(value) => Ok(value),
-        Outcome::Err(err) => Err(err),
+    match write {
+        Write::Complete(Outcome::Ok(value), _) => Ok(value),
+        Write::Complete(Outcome::Err(err), _) => Err(err),
+        Write::Release | Write::MarkUnknown => {
+            unreachable!("the write handed back is the one given")
+        }
     }
 }
 

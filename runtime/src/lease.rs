@@ -185,7 +185,8 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// Applies `write`; if the store does not take it, retries it in the background (keeping
     /// `renewal` alive, so the lease holds meanwhile) and answers as if it landed: the outcome is
-    /// known and will be recorded. `TakenOver` only when the store said so.
+    /// known and will be recorded. `TakenOver` only when the store said so. The write comes
+    /// back (a recorded result is the caller's answer): it is copied only for a retry.
     pub(crate) async fn write(
         self: &Arc<Self>,
         store: &Arc<dyn Store>,
@@ -194,14 +195,14 @@ impl Recorder {
         write: Write,
         renewal: Option<Renewal>,
         what: &str,
-    ) -> Landed {
+    ) -> (Landed, Write) {
         let first = write.apply(&**store, rkey, token).await;
         let error = match first {
             Ok(landed) => {
                 if landed == Landed::TakenOver {
                     tracing::error!(what, key = %log_hash(&rkey.key), write = write.what(), "the reservation was taken over after its lease lapsed: this call's {} was not written", write.what());
                 }
-                return landed;
+                return (landed, write);
             }
             Err(e) => e,
         };
@@ -220,7 +221,9 @@ impl Recorder {
         let (recorder, store, rkey, token) =
             (self.clone(), store.clone(), rkey.clone(), token.clone());
         let what = what.to_string();
+        let retried = write.clone();
         self.tracker.spawn(async move {
+            let write = retried;
             let _renewal = renewal;
             let mut wait = FIRST_RETRY;
             loop {
@@ -243,7 +246,7 @@ impl Recorder {
                 }
             }
         });
-        Landed::Yes
+        (Landed::Yes, write)
     }
 
     /// Waits up to `bound` for the background writes, and reports those still pending.
