@@ -295,21 +295,7 @@ impl PostgresStore {
                     .map_err(Failure::Db)
             })
             .await?;
-        let Some(row) = row else { return Ok(None) };
-        let corrupt =
-            |e: tokio_postgres::Error| StoreError::corrupt(key, format!("unreadable column: {e}"));
-        let stored = StoredRecord {
-            state: row.try_get(0).map_err(corrupt)?,
-            token: row.try_get(1).map_err(corrupt)?,
-            fingerprint: row.try_get(2).map_err(corrupt)?,
-            since_ms: row.try_get(3).map_err(corrupt)?,
-            lease_until_ms: row.try_get(4).map_err(corrupt)?,
-            outcome: row.try_get(5).map_err(corrupt)?,
-            completed_at_ms: row.try_get(6).map_err(corrupt)?,
-            expires_at_ms: row.try_get(7).map_err(corrupt)?,
-        };
-        let now: i64 = row.try_get(8).map_err(corrupt)?;
-        Ok(Some((stored, now)))
+        row.map(|row| stored_at(&row, 0, key)).transpose()
     }
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
@@ -325,6 +311,29 @@ impl PostgresStore {
             .await
             .expect("corrupt a record");
     }
+}
+
+/// The record and the server's clock in `row`, from column `at` on, in the order of
+/// [`Sql::read`]'s columns.
+fn stored_at(
+    row: &tokio_postgres::Row,
+    at: usize,
+    key: &RecordKey,
+) -> Result<(StoredRecord, i64), StoreError> {
+    let corrupt =
+        |e: tokio_postgres::Error| StoreError::corrupt(key, format!("unreadable column: {e}"));
+    let stored = StoredRecord {
+        state: row.try_get(at).map_err(corrupt)?,
+        token: row.try_get(at + 1).map_err(corrupt)?,
+        fingerprint: row.try_get(at + 2).map_err(corrupt)?,
+        since_ms: row.try_get(at + 3).map_err(corrupt)?,
+        lease_until_ms: row.try_get(at + 4).map_err(corrupt)?,
+        outcome: row.try_get(at + 5).map_err(corrupt)?,
+        completed_at_ms: row.try_get(at + 6).map_err(corrupt)?,
+        expires_at_ms: row.try_get(at + 7).map_err(corrupt)?,
+    };
+    let now: i64 = row.try_get(at + 8).map_err(corrupt)?;
+    Ok((stored, now))
 }
 
 impl PostgresStoreBuilder {
@@ -525,6 +534,15 @@ impl Sql {
         let index = format!("\"{}_expires_at\"", table.name);
         let ms = |column: &str| format!("(extract(epoch FROM {column}) * 1000)::int8");
         let fenced = format!("tenant = $1 AND key = $2 AND token = $3 AND state = '{IN_PROGRESS}'");
+        // A record's columns and the server's clock, as `stored_at` reads them.
+        let columns = format!(
+            "state, token, fingerprint, {}, {}, outcome, {}, {}, {}",
+            ms("since"),
+            ms("lease_until"),
+            ms("completed_at"),
+            ms("expires_at"),
+            ms(NOW),
+        );
         Sql {
             versions: qualify("toolkey_schema_version"),
             create: format!(
@@ -543,26 +561,30 @@ impl Sql {
                  );
                  CREATE INDEX {index} ON {t} (expires_at) WHERE state = '{COMPLETED}';"
             ),
+            // One round trip whatever the answer: the insert (or the takeover of an expired
+            // record), else the record in the way, read in the same statement. The read sees the
+            // statement's snapshot, so a record committed by another call after it began is not
+            // there: no row, and the caller reads again.
             reserve: format!(
-                "INSERT INTO {t} AS r (tenant, key, state, token, fingerprint, since, lease_until)
-                 VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
-                 ON CONFLICT (tenant, key) DO UPDATE SET
-                     state = EXCLUDED.state, token = EXCLUDED.token,
-                     fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since,
-                     lease_until = EXCLUDED.lease_until, outcome = NULL,
-                     completed_at = NULL, expires_at = NULL
-                 WHERE r.state = '{COMPLETED}' AND r.expires_at <= {NOW}
-                 RETURNING r.token"
+                "WITH reserved AS (
+                     INSERT INTO {t} AS r (tenant, key, state, token, fingerprint, since, lease_until)
+                     VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+                     ON CONFLICT (tenant, key) DO UPDATE SET
+                         state = EXCLUDED.state, token = EXCLUDED.token,
+                         fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since,
+                         lease_until = EXCLUDED.lease_until, outcome = NULL,
+                         completed_at = NULL, expires_at = NULL
+                     WHERE r.state = '{COMPLETED}' AND r.expires_at <= {NOW}
+                     RETURNING 1
+                 )
+                 SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
+                        NULL::text, NULL::int8, NULL::int8, NULL::int8
+                 FROM reserved
+                 UNION ALL
+                 SELECT false, {columns}
+                 FROM {t} WHERE tenant = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM reserved)"
             ),
-            read: format!(
-                "SELECT state, token, fingerprint, {}, {}, outcome, {}, {}, {}
-                 FROM {t} WHERE tenant = $1 AND key = $2",
-                ms("since"),
-                ms("lease_until"),
-                ms("completed_at"),
-                ms("expires_at"),
-                ms(NOW),
-            ),
+            read: format!("SELECT {columns} FROM {t} WHERE tenant = $1 AND key = $2"),
             complete: format!(
                 "UPDATE {t} SET state = '{COMPLETED}', outcome = $4, completed_at = {NOW},
                      expires_at = {NOW} + $5::int8 * interval '1 millisecond'
@@ -600,7 +622,7 @@ impl Store for PostgresStore {
     ) -> Result<Reservation, StoreError> {
         let (fp, lease) = (fingerprint.to_hex(), span_ms(lease));
         for _ in 0..RESERVE_ATTEMPTS {
-            let inserted = self
+            let row = self
                 .run(async |client: &mut ClientWrapper| {
                     let statement = client
                         .prepare_cached(&self.sql.reserve)
@@ -615,11 +637,21 @@ impl Store for PostgresStore {
                         .map_err(Failure::Db)
                 })
                 .await?;
-            if inserted.is_some() {
-                return Ok(Reservation::Reserved(token.clone()));
-            }
-            // The conflicting record may be gone (released) or expired by now: then try again.
-            if let Some((stored, now)) = self.read(key).await? {
+            let found = match row {
+                Some(row) => {
+                    let reserved: bool = row
+                        .try_get(0)
+                        .map_err(|e| StoreError::corrupt(key, format!("unreadable column: {e}")))?;
+                    if reserved {
+                        return Ok(Reservation::Reserved(token.clone()));
+                    }
+                    Some(stored_at(&row, 1, key)?)
+                }
+                // The record in the way was committed after the statement began: read it now.
+                None => self.read(key).await?,
+            };
+            // The record in the way may be gone (released) or expired by now: then try again.
+            if let Some((stored, now)) = found {
                 if !stored.expired(now) {
                     return stored.to_record(key, now).map(Reservation::Existing);
                 }

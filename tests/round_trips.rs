@@ -1,0 +1,275 @@
+//! Round trips to the server stores, counted on the wire: a first run costs two (reserve, then
+//! the outcome), and a replay, an IN_PROGRESS and a CONFLICT answer one each.
+//!
+//! The store talks to its server through a local TCP proxy that counts request turns: each time
+//! a connection's client sends after it last received, that is one round trip (a pipelined burst
+//! of messages, however the socket splits it, is one). Statements are prepared and scripts loaded
+//! by a warm-up first, as in any process that has served a call before.
+//!
+//! The servers are `TOOLKEY_POSTGRES_URL` and `TOOLKEY_REDIS_URL`; under `CI=true` an unreachable
+//! one fails these tests.
+#![cfg(any(feature = "postgres", feature = "redis"))]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use toolkey::store::{Store, Token};
+use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+
+/// A proxy to `target` that counts the round trips of every connection through it.
+struct CountingProxy {
+    port: u16,
+    trips: Arc<AtomicU64>,
+}
+
+impl CountingProxy {
+    async fn start(target: SocketAddr) -> CountingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let trips = Arc::new(AtomicU64::new(0));
+        let counted = trips.clone();
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let trips = counted.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut client_read, mut client_write) = inbound.into_split();
+                    let (mut server_read, mut server_write) = outbound.into_split();
+                    // True while the last bytes went from the client to the server.
+                    let asking = Arc::new(AtomicBool::new(false));
+                    let up = {
+                        let asking = asking.clone();
+                        async move {
+                            let mut buf = vec![0u8; 64 * 1024];
+                            loop {
+                                let n = match client_read.read(&mut buf).await {
+                                    Ok(0) | Err(_) => break,
+                                    Ok(n) => n,
+                                };
+                                if !asking.swap(true, Ordering::SeqCst) {
+                                    trips.fetch_add(1, Ordering::SeqCst);
+                                }
+                                if server_write.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    };
+                    let down = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match server_read.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            // Before the client can see the reply, so its next request counts.
+                            asking.store(false, Ordering::SeqCst);
+                            if client_write.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        CountingProxy { port, trips }
+    }
+
+    fn trips(&self) -> u64 {
+        self.trips.load(Ordering::SeqCst)
+    }
+}
+
+/// The outside system: charges made, and a gate that holds the charge of order `held`.
+#[derive(Default)]
+struct Payments {
+    charges: AtomicUsize,
+    entered: Notify,
+    gate: Notify,
+}
+
+/// Charge an order once.
+#[tool(idempotent(key = "charge:<order>"), lease = "60s")]
+async fn charge(payments: State<Payments>, order: String, cents: u64) -> Result<u64, ToolError> {
+    if order.starts_with("held") {
+        payments.entered.notify_one();
+        payments.gate.notified().await;
+    }
+    payments.charges.fetch_add(1, Ordering::SeqCst);
+    Ok(cents)
+}
+
+/// A toolbox on `store`, and its ledger.
+fn toolbox(store: impl Store + 'static) -> (Toolbox, Arc<Payments>) {
+    let payments = Arc::new(Payments::default());
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .shared_state(payments.clone())
+        .tool(Charge)
+        .build()
+        .unwrap();
+    (toolbox, payments)
+}
+
+/// The round trips of each answer, from a toolbox whose store goes through `proxy`; `beside`
+/// is a second toolbox on the same records, not counted, that holds a key while it runs.
+async fn count(
+    name: &str,
+    proxy: &CountingProxy,
+    counted: (Toolbox, Arc<Payments>),
+    beside: (Toolbox, Arc<Payments>),
+) {
+    let ((counted, payments), (beside, holders)) = (counted, beside);
+    let tenant = format!("trips-{name}-{}", Token::generate());
+    let ctx = ToolContext::new("run-1").with_tenant(tenant);
+    let call = |order: &str, cents: u64| {
+        let (toolbox, ctx) = (counted.clone(), ctx.clone());
+        let args = json!({"order": order, "cents": cents});
+        async move { toolbox.call("charge", args, &ctx).await }
+    };
+    let measure = async |label: &str, order: &str, cents: u64| {
+        let before = proxy.trips();
+        let answer = call(order, cents).await;
+        (proxy.trips() - before, answer, label.to_string())
+    };
+
+    // A body of `beside` holds `held-*` keys until released.
+    let hold = |order: &'static str| {
+        let (beside, ctx) = (beside.clone(), ctx.clone());
+        tokio::spawn(async move {
+            beside
+                .call("charge", json!({"order": order, "cents": 1}), &ctx)
+                .await
+        })
+    };
+
+    // Warm-up: every statement prepared, every script loaded, on the one connection.
+    call("warm", 1).await.unwrap();
+    call("warm", 1).await.unwrap();
+    call("warm", 2).await.unwrap_err();
+    let warm_holder = hold("held-warm");
+    holders.entered.notified().await;
+    call("held-warm", 1).await.unwrap_err();
+    holders.gate.notify_one();
+    warm_holder.await.unwrap().unwrap();
+
+    let (first, answer, _) = measure("first run", "o-1", 500).await;
+    assert_eq!(answer.unwrap().value, json!(500));
+    let (replay, answer, _) = measure("replay", "o-1", 500).await;
+    assert!(answer.unwrap().replayed);
+    let (conflict, answer, _) = measure("conflict", "o-1", 900).await;
+    assert!(answer.unwrap_err().is(ErrorCode::Conflict));
+    let holder = hold("held-1");
+    holders.entered.notified().await;
+    let (in_progress, answer, _) = measure("in progress", "held-1", 1).await;
+    assert!(answer.unwrap_err().is(ErrorCode::InProgress));
+    holders.gate.notify_one();
+    holder.await.unwrap().unwrap();
+
+    // Each order was charged once, by whichever toolbox ran it.
+    assert_eq!(payments.charges.load(Ordering::SeqCst), 2, "warm, o-1");
+    assert_eq!(
+        holders.charges.load(Ordering::SeqCst),
+        2,
+        "held-warm, held-1"
+    );
+    assert_eq!(
+        (first, replay, in_progress, conflict),
+        (2, 1, 1, 1),
+        "{name}: round trips of (first run, replay, IN_PROGRESS, CONFLICT)"
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
+    use toolkey::store::PostgresStore;
+    const VAR: &str = "TOOLKEY_POSTGRES_URL";
+    let url = support::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
+    let direct = match PostgresStore::builder(&url).pool_size(2).connect().await {
+        Ok(store) => store,
+        Err(e) => return support::unreachable("PostgreSQL", VAR, &url, e),
+    };
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port), 1);
+    assert_ne!(through, url, "the test URL names its port");
+    // One connection, so the warm-up prepares the statements the counted calls use.
+    let store = PostgresStore::builder(&through)
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let (counted, beside) = (toolbox(store), toolbox(direct));
+    count("postgres", &proxy, counted, beside).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_answers_in_one_round_trip_and_runs_in_two() {
+    use toolkey::store::RedisStore;
+    const VAR: &str = "TOOLKEY_REDIS_URL";
+    let url = support::url(VAR, "redis://127.0.0.1:6379");
+    let direct = match RedisStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => return support::unreachable("Redis", VAR, &url, e),
+    };
+    let info = redis::Client::open(url.as_str()).unwrap();
+    let port = match &info.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        other => panic!("the test server should be reached over TCP, not {other:?}"),
+    };
+    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
+    assert_ne!(through, url, "the test URL names its port");
+    let store = RedisStore::connect(&through).await.unwrap();
+    let (counted, beside) = (toolbox(store), toolbox(direct));
+    count("redis", &proxy, counted, beside).await;
+}
+
+#[test]
+fn the_proxy_counts_turns_not_reads() {
+    // A request split over three writes and answered twice is still one round trip; the next
+    // request after an answer is another.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = server.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            for _ in 0..2 {
+                let mut got = 0;
+                while got < 6 {
+                    got += socket.read(&mut buf[got..]).await.unwrap();
+                }
+                socket.write_all(b"ok").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                socket.write_all(b"!").await.unwrap();
+            }
+        });
+        let proxy = CountingProxy::start(addr).await;
+        let mut client = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        let mut reply = [0u8; 3];
+        for _ in 0..2 {
+            for part in [&b"as"[..], b"k-", b"it"] {
+                client.write_all(part).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            client.read_exact(&mut reply).await.unwrap();
+        }
+        assert_eq!(proxy.trips(), 2);
+    });
+}
