@@ -27,8 +27,8 @@
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;
 //!
-//! use toolkey::testing::{Backend, RetryCheck, Scenario, Verdict};
 //! use toolkey::{json, tool, State, ToolError};
+//! use toolkey_runtime::testing::{Backend, RetryCheck, Scenario, Verdict};
 //!
 //! #[derive(Default)]
 //! struct Ledger {
