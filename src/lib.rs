@@ -60,6 +60,11 @@ pub use toolkey_runtime::{
 #[doc(inline)]
 pub use toolkey_runtime::{providers, store};
 
+/// The retry-safety check users run against their own tools (feature `testing`).
+#[cfg(feature = "testing")]
+#[doc(inline)]
+pub use toolkey_runtime::testing;
+
 #[doc(hidden)]
 pub use toolkey_runtime::__private;
 

@@ -88,3 +88,133 @@ async fn refund_scenarios_count_as_printed() {
         "turn one got \"re_1\", turn two \"re_2\", after the restart \"re_2\" (a replay)"
     );
 }
+
+/// The invoice example's tools through `toolkey::testing::RetryCheck`, each scenario on a fresh
+/// in-memory ledger: the keyed tool passes every row on both stores; the naive one sends a
+/// second invoice in every scenario that retries.
+mod retry_check {
+    use serde_json::{json, Value};
+    use std::path::Path;
+    use std::sync::Arc;
+    use toolkey::testing::{Backend, Report, RetryCheck, Scenario, Verdict};
+
+    use super::invoice::{BillingProvider, SendInvoice, SendInvoiceNaive};
+
+    fn args() -> Value {
+        json!({"customer": "acme", "period": "2026-10", "amount": 1200.0, "memo": "Consulting, October 2026"})
+    }
+
+    /// Both tools are named `send_invoice`; `naive` picks the unkeyed one. Billing takes
+    /// 150 ms, longer than the check's 100 ms timeout, as in the example's fast timings.
+    fn check(naive: bool, backend: Backend) -> RetryCheck<Arc<BillingProvider>> {
+        let delay = super::invoice::Timings::fast().billing;
+        RetryCheck::new("send_invoice", args(), move || {
+            Arc::new(BillingProvider::open(Path::new(":memory:"), delay).unwrap())
+        })
+        .toolbox(move |builder, billing| {
+            let builder = builder.shared_state(billing.clone());
+            if naive {
+                builder
+                    .tool(SendInvoiceNaive)
+                    .approver(|_: &toolkey::ApprovalRequest<'_>| true)
+                    .build()
+            } else {
+                builder.tool(SendInvoice).build()
+            }
+        })
+        .effects(|billing| billing.invoices().unwrap().len())
+        .reworded(json!({"customer": "acme", "period": "2026-10", "amount": 1200.0, "memo": "Invoice for October consulting"}))
+        .other_action(json!({"customer": "acme", "period": "2026-11", "amount": 1200.0, "memo": "Consulting, November 2026"}))
+        .store(backend)
+    }
+
+    fn table(report: &Report) -> Vec<(Scenario, usize, usize, Verdict)> {
+        report
+            .rows
+            .iter()
+            .map(|r| (r.scenario, r.expected, r.observed, r.verdict))
+            .collect()
+    }
+
+    use Scenario::*;
+    use Verdict::{Fail, Pass};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_keyed_invoice_tool_is_retry_safe() {
+        for backend in [Backend::memory(), Backend::sqlite()] {
+            let report = check(false, backend).run().await;
+            report.assert_retry_safe();
+            assert_eq!(
+                table(&report),
+                [
+                    (Replay, 1, 1, Pass),
+                    (Timeout, 1, 1, Pass),
+                    (Reworded, 1, 1, Pass),
+                    (OtherArguments, 1, 1, Pass),
+                    (Concurrent, 1, 1, Pass),
+                    (LostReply, 1, 1, Pass),
+                    (Crash, 1, 1, Pass),
+                    (LeaseLapse, 1, 1, Pass),
+                    (OtherAction, 2, 2, Pass),
+                ],
+                "{report}"
+            );
+            // `memo` reworded, `customer` as "  ACME " (case-insensitive), `period` with spaces,
+            // all three at once, and the model's own rewording: five replays.
+            assert_eq!(
+                report.row(Reworded).unwrap().answer,
+                "ok, then 5 retries: replayed"
+            );
+            assert_eq!(
+                report.row(OtherArguments).unwrap().answer,
+                "ok, then CONFLICT"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_naive_invoice_tool_sends_a_second_invoice_in_every_retry() {
+        for backend in [Backend::memory(), Backend::sqlite()] {
+            let report = check(true, backend).run().await;
+            assert_eq!(
+                table(&report),
+                [
+                    (Replay, 1, 2, Fail),
+                    (Timeout, 1, 3, Fail),
+                    (Reworded, 1, 2, Fail),
+                    (OtherArguments, 1, 2, Fail),
+                    (Concurrent, 1, 8, Fail),
+                    (LostReply, 1, 2, Fail),
+                    (Crash, 1, 2, Fail),
+                    (LeaseLapse, 1, 2, Fail),
+                    (OtherAction, 2, 2, Pass),
+                ],
+                "{report}"
+            );
+            let no_key = "`send_invoice` is `unkeyed`: no key ties a retry to the first call; declare `idempotent(key = \"...\")`";
+            let reason = |s| report.row(s).unwrap().reason.clone().unwrap();
+            assert_eq!(
+                reason(Replay),
+                format!("did the work twice: the same call, made again, ran again; {no_key}")
+            );
+            assert_eq!(
+                reason(Timeout),
+                format!("did the work 3 times: the retry after a TIMEOUT that said not to repeat it (models and clients repeat it anyway) ran the body again; {no_key}")
+            );
+            assert_eq!(
+                reason(Concurrent),
+                format!("did the work 8 times: 8 of 8 concurrent duplicates ran; {no_key}")
+            );
+            assert_eq!(report.row(Concurrent).unwrap().answer, "8 ok");
+            // Three calls, three TIMEOUTs, three invoices: the example's part one.
+            assert_eq!(
+                report.row(Timeout).unwrap().answer,
+                "TIMEOUT, retry TIMEOUT; after the body: retry TIMEOUT"
+            );
+            assert_eq!(
+                reason(Crash),
+                format!("did the work twice: after the worker died, the retry ran again; {no_key}")
+            );
+        }
+    }
+}

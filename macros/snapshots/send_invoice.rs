@@ -108,6 +108,9 @@ const _: () = {
                 )
                 .with_settings(__settings)
                 .with_status_tool("invoice_status")
+                .with_key_template("invoice:<customer>:<period>")
+                .with_ignored_argument("memo")
+                .with_case_insensitive_argument("customer")
                 .with_need(::toolkey::__private::StateNeed::of::<Billing>())
         }
         fn prepare(

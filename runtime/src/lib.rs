@@ -13,6 +13,8 @@ mod key;
 mod lease;
 pub mod providers;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod texts;
 mod tool;
 mod toolbox;

@@ -151,6 +151,9 @@ pub struct ToolDefinition {
     pub(crate) settings: Settings,
     pub(crate) status_tool: Option<String>,
     pub(crate) needs: Vec<StateNeed>,
+    pub(crate) key_template: Option<String>,
+    pub(crate) ignored_arguments: Vec<String>,
+    pub(crate) case_insensitive_arguments: Vec<String>,
 }
 
 impl ToolDefinition {
@@ -172,6 +175,9 @@ impl ToolDefinition {
             settings: Settings::default(),
             status_tool: None,
             needs: Vec::new(),
+            key_template: None,
+            ignored_arguments: Vec::new(),
+            case_insensitive_arguments: Vec::new(),
         }
     }
 
@@ -202,6 +208,24 @@ impl ToolDefinition {
     /// Names the tool's status companion.
     pub fn with_status_tool(mut self, name: impl Into<String>) -> Self {
         self.status_tool = Some(name.into());
+        self
+    }
+
+    /// Sets the key template, as written in `idempotent(key = "...")`.
+    pub fn with_key_template(mut self, template: impl Into<String>) -> Self {
+        self.key_template = Some(template.into());
+        self
+    }
+
+    /// Declares an argument `#[arg(ignore)]`: left out of the fingerprint.
+    pub fn with_ignored_argument(mut self, name: impl Into<String>) -> Self {
+        self.ignored_arguments.push(name.into());
+        self
+    }
+
+    /// Declares an argument `#[arg(key = "case_insensitive")]`: lowercased in the key.
+    pub fn with_case_insensitive_argument(mut self, name: impl Into<String>) -> Self {
+        self.case_insensitive_arguments.push(name.into());
         self
     }
 
@@ -254,6 +278,23 @@ impl ToolDefinition {
     /// The name of the status companion, for keyed tools that have one.
     pub fn status_tool(&self) -> Option<&str> {
         self.status_tool.as_deref()
+    }
+
+    /// The key template of an `idempotent` tool, as written: `"invoice:<customer>:<period>"`.
+    /// Its `<name>` placeholders (other than `<ctx.*>`) are the key's arguments.
+    pub fn key_template(&self) -> Option<&str> {
+        self.key_template.as_deref()
+    }
+
+    /// The arguments marked `#[arg(ignore)]`: free text a retry may reword, left out of the
+    /// fingerprint.
+    pub fn ignored_arguments(&self) -> &[String] {
+        &self.ignored_arguments
+    }
+
+    /// The arguments marked `#[arg(key = "case_insensitive")]`: lowercased in the key.
+    pub fn case_insensitive_arguments(&self) -> &[String] {
+        &self.case_insensitive_arguments
     }
 }
 

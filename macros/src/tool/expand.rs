@@ -84,6 +84,27 @@ pub fn expand(tool: &Tool) -> TokenStream {
         .keyed()
         .and_then(|k| k.status.as_ref())
         .map(|(status, _)| quote!(.with_status_tool(#status)));
+    // What a retry may change without changing the action: for tools and kits that read the
+    // definition (`toolkey::testing` rewords ignored fields and respells key fields).
+    let key_template = tool.keyed().and_then(|k| k.template.as_ref()).map(|t| {
+        let text = t.lit.value();
+        quote!(.with_key_template(#text))
+    });
+    let field_name = |p: &Param| {
+        let name = p.ident.to_string();
+        name.strip_prefix("r#").unwrap_or(&name).to_string()
+    };
+    let ignored = tool.model_params().filter(|p| p.ignore.is_some()).map(|p| {
+        let name = field_name(p);
+        quote!(.with_ignored_argument(#name))
+    });
+    let case_insensitive = tool
+        .model_params()
+        .filter(|p| p.case_insensitive.is_some())
+        .map(|p| {
+            let name = field_name(p);
+            quote!(.with_case_insensitive_argument(#name))
+        });
 
     let states: Vec<(Ident, &syn::Type)> = tool
         .params
@@ -293,6 +314,9 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         .with_annotations(#tk::Annotations::for_story(#story) #not_destructive)
                         .with_settings(__settings)
                         #status_tool
+                        #key_template
+                        #(#ignored)*
+                        #(#case_insensitive)*
                         #(#state_needs)*
                 }
 

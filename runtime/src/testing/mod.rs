@@ -1,0 +1,246 @@
+//! Prove a tool retry-safe in one test: the standard failure catalogue, run against your tool
+//! with your fake outside system, counting its effects.
+//!
+//! A key template, its ignored fields and a recover hook are right only if retries, timeouts,
+//! lost replies and crashes never make the tool act twice, nor skip an action. A
+//! [`RetryCheck`] runs each such failure against one tool and counts the effects in your fake
+//! or sandbox system (an invoice ledger, a payment sandbox):
+//!
+//! | scenario | how it is produced | a retry-safe tool |
+//! |---|---|---|
+//! | same call again | two calls | 1 effect; the second is a replay of the first |
+//! | timeout, retry, status | the record write is held past a 100 ms timeout; a retry and a status call meanwhile | 1 effect; `IN_PROGRESS`, then `completed` and a replay |
+//! | reworded retry | every `#[arg(ignore)]` field reworded, key fields respelled only as the key normalizes them, and your own rewordings | 1 effect; every retry a replay |
+//! | retry, other arguments | one fingerprinted argument changed | 1 effect; `CONFLICT` |
+//! | concurrent duplicates | 8 calls at once (record writes held until the duplicates answer) | 1 effect |
+//! | record reply lost | [`FaultyStore`](crate::store::faults::FaultyStore) applies the record write and loses its reply | 1 effect; the outcome replayed and the status `completed` |
+//! | crash before record | the worker dies at the record write; its lease lapses; another worker gets the call | 1 effect: the recover hook finds it, or the answer says `OUTCOME_UNKNOWN` |
+//! | lease lapses, slow body | the record write is held and the renewals fail until the lease lapses; another worker gets the call | 1 effect; the first call does not claim a second |
+//! | another action | your [`other_action`](RetryCheck::other_action) after the first call | 2 effects |
+//!
+//! Each scenario gets a fresh world (your fake system), a fresh store and fresh toolboxes, built
+//! by your closure over the store the check gives it. Leases lapse on a [`ManualClock`] the
+//! check moves, so nothing waits for a real lease; the store must judge leases by that clock
+//! ([`Backend::memory`] and [`Backend::sqlite`] do).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//!
+//! use toolkey::{json, tool, State, ToolError};
+//! use toolkey_runtime::testing::{Backend, RetryCheck, Scenario, Verdict};
+//!
+//! #[derive(Default)]
+//! struct Ledger {
+//!     invoices: AtomicUsize,
+//! }
+//!
+//! /// Send the invoice for one customer and month.
+//! #[tool(idempotent(key = "invoice:<customer>:<month>"))]
+//! async fn send_invoice(
+//!     ledger: State<Ledger>,
+//!     #[arg(key = "case_insensitive")] customer: String,
+//!     month: String,
+//!     cents: i64,
+//!     #[arg(ignore)] memo: String,
+//! ) -> Result<u32, ToolError> {
+//!     let _ = (customer, month, cents, memo);
+//!     Ok(ledger.invoices.fetch_add(1, Ordering::SeqCst) as u32 + 1)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let args = json!({"customer": "acme", "month": "2026-10", "cents": 12000, "memo": "October"});
+//! let report = RetryCheck::new("send_invoice", args, || Arc::new(Ledger::default()))
+//!     .toolbox(|builder, ledger| builder.shared_state(ledger.clone()).tool(SendInvoice).build())
+//!     .effects(|ledger| ledger.invoices.load(Ordering::SeqCst))
+//!     .other_action(json!({"customer": "acme", "month": "2026-11", "cents": 12000, "memo": "November"}))
+//!     .store(Backend::sqlite())
+//!     .run()
+//!     .await;
+//! report.assert_retry_safe();
+//! // No recover hook: after a crash the model is told the outcome is unknown, one invoice sent.
+//! let crash = report.row(Scenario::Crash).unwrap();
+//! assert_eq!((crash.observed, crash.verdict), (1, Verdict::Pass));
+//! assert!(crash.answer.ends_with("OUTCOME_UNKNOWN, status unknown"));
+//! # }
+//! ```
+//!
+//! A failing check panics with the whole table, each failing row saying which scenario did the
+//! work twice (or skipped it) and why:
+//!
+//! ```text
+//! retry check of `send_invoice` on the memory store: 7 scenarios FAILED
+//!   scenario                 expected  observed  answer                     verdict
+//!   same call again                 1         2  ok, then ok                FAIL
+//!       FAIL: did the work twice: the same call, made again, ran again; `send_invoice` is `unkeyed`: ...
+//! ```
+
+mod report;
+mod scenarios;
+mod vary;
+mod worker;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::store::{ManualClock, MemoryStore, Store};
+use crate::{BuildError, ToolContext, Toolbox, ToolboxBuilder};
+
+pub use report::{Report, Row, Scenario, Verdict};
+
+type MakeStore = dyn Fn(Arc<ManualClock>) -> Arc<dyn Store> + Send + Sync;
+type MakeToolbox<W> = dyn Fn(ToolboxBuilder, &W) -> Result<Toolbox, BuildError> + Send + Sync;
+type CountEffects<W> = dyn Fn(&W) -> usize + Send + Sync;
+
+/// The store a check runs on: a fresh one per scenario, judging leases by the check's clock.
+#[derive(Clone)]
+pub struct Backend {
+    name: String,
+    make: Arc<MakeStore>,
+}
+
+impl Backend {
+    /// A [`MemoryStore`] per scenario.
+    pub fn memory() -> Backend {
+        Backend::new("memory", |clock| Arc::new(MemoryStore::with_clock(clock)))
+    }
+
+    /// An in-memory SQLite database per scenario, through [`SqliteStore`](crate::store::SqliteStore).
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite() -> Backend {
+        Backend::new("sqlite", |clock| {
+            let store = crate::store::SqliteStore::open_in_memory()
+                .expect("retry check: an in-memory SQLite database opens");
+            Arc::new(store.with_clock(clock))
+        })
+    }
+
+    /// Another store, named `name` in the report. `make` must return an empty store that
+    /// judges leases and retention by the clock it is given; a store on a server's clock cannot
+    /// have its leases lapse on cue (the crash and lease rows then fail and say so).
+    pub fn new(
+        name: impl Into<String>,
+        make: impl Fn(Arc<ManualClock>) -> Arc<dyn Store> + Send + Sync + 'static,
+    ) -> Backend {
+        Backend {
+            name: name.into(),
+            make: Arc::new(make),
+        }
+    }
+
+    /// The name the report gives it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend").field("name", &self.name).finish()
+    }
+}
+
+/// The failure catalogue, set up for one tool: see the [module docs](self).
+///
+/// `W` is your world: the fake outside system the tool acts on, made fresh for each scenario
+/// and shared by every toolbox of that scenario (a crashed worker and the one that replaces it
+/// act on one ledger).
+pub struct RetryCheck<W> {
+    tool: String,
+    args: Value,
+    world: Box<dyn Fn() -> W + Send + Sync>,
+    toolbox: Option<Box<MakeToolbox<W>>>,
+    effects: Option<Box<CountEffects<W>>>,
+    backend: Backend,
+    context: ToolContext,
+    reworded: Vec<Value>,
+    other_action: Option<Value>,
+    duplicates: usize,
+}
+
+impl<W> RetryCheck<W> {
+    /// A check of tool `tool` called with `args` (arguments that make it act), on worlds made
+    /// by `world`. Give it [`toolbox`](Self::toolbox) and [`effects`](Self::effects), then
+    /// [`run`](Self::run) it.
+    pub fn new(
+        tool: impl Into<String>,
+        args: Value,
+        world: impl Fn() -> W + Send + Sync + 'static,
+    ) -> RetryCheck<W> {
+        RetryCheck {
+            tool: tool.into(),
+            args,
+            world: Box::new(world),
+            toolbox: None,
+            effects: None,
+            backend: Backend::memory(),
+            context: ToolContext::new("retry-check")
+                .with_step(1)
+                .with_tenant("retry-check"),
+            reworded: Vec::new(),
+            other_action: None,
+            duplicates: 8,
+        }
+    }
+
+    /// Builds one worker's toolbox: `builder` already holds the scenario's store and the
+    /// check's timeout for the tool; add the tool and its state (and an approver for an
+    /// `unkeyed` tool), then `build()`. Called several times per scenario.
+    pub fn toolbox(
+        mut self,
+        make: impl Fn(ToolboxBuilder, &W) -> Result<Toolbox, BuildError> + Send + Sync + 'static,
+    ) -> Self {
+        self.toolbox = Some(Box::new(make));
+        self
+    }
+
+    /// Counts the tool's effects in the world: invoices on the ledger, refunds in the sandbox.
+    pub fn effects(mut self, count: impl Fn(&W) -> usize + Send + Sync + 'static) -> Self {
+        self.effects = Some(Box::new(count));
+        self
+    }
+
+    /// The store to run on ([`Backend::memory`] unless set).
+    pub fn store(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The context of every call (run `retry-check`, step 1, tenant `retry-check` unless set).
+    pub fn context(mut self, ctx: ToolContext) -> Self {
+        self.context = ctx;
+        self
+    }
+
+    /// The same action as the model might write it again (a memo in other words): it must be
+    /// answered as a replay. May be given several times.
+    pub fn reworded(mut self, args: Value) -> Self {
+        self.reworded.push(args);
+        self
+    }
+
+    /// Another action that must run after the first (the next month's invoice): a key that
+    /// leaves out what tells the two apart answers it with a `CONFLICT` or a replay.
+    pub fn other_action(mut self, args: Value) -> Self {
+        self.other_action = Some(args);
+        self
+    }
+
+    /// How many concurrent duplicates the concurrency scenario sends (8 unless set, at least 2).
+    pub fn duplicates(mut self, n: usize) -> Self {
+        self.duplicates = n.max(2);
+        self
+    }
+}
+
+impl<W> std::fmt::Debug for RetryCheck<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryCheck")
+            .field("tool", &self.tool)
+            .field("args", &self.args)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,799 @@
+//! The catalogue itself: each scenario on a fresh world, store and toolboxes, judged by the
+//! effects counted and the answers the model got.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::report::{Report, Row, Scenario, Verdict};
+use super::vary::{changed_fields, Fields};
+use super::worker::{Control, WorkerStore};
+use super::RetryCheck;
+use crate::store::faults::{Fault, FaultyStore, Op, Plan};
+use crate::store::{ManualClock, Store};
+use crate::{ErrorCode, Story, ToolDefinition, ToolError, ToolOutput, Toolbox};
+
+/// The timeout of the timeout scenario; its record write is held until the retries answered.
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// How long the concurrency scenario waits for the duplicates before it lets the first finish.
+const DUPLICATES_WAIT: Duration = Duration::from_secs(2);
+/// How long a body may take to reach its record write.
+const BODY_LIMIT: Duration = Duration::from_secs(30);
+/// How long one scenario may take before its row fails.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
+
+type Answer = Result<ToolOutput, ToolError>;
+
+/// One scenario's world, clock and store, and the effect count it started from.
+struct Scene<W> {
+    world: W,
+    clock: Arc<ManualClock>,
+    store: Arc<dyn Store>,
+    before: usize,
+    /// What the workers' shutdowns reported unwritten.
+    unrecorded: Mutex<Vec<String>>,
+}
+
+impl<W> Scene<W> {
+    /// Waits for a worker's bodies and writes, and keeps what the store never took.
+    async fn drain(&self, toolbox: &Toolbox) {
+        let report = toolbox.shutdown().await;
+        let mut unrecorded = self.unrecorded.lock().unwrap_or_else(|e| e.into_inner());
+        unrecorded.extend(
+            report
+                .unrecorded
+                .iter()
+                .map(|u| format!("{} (its {})", u.what, u.write)),
+        );
+    }
+}
+
+/// What every scenario reads: the tool's definition and what it says about the arguments.
+struct Target<'a> {
+    def: &'a ToolDefinition,
+    fields: Fields<'a>,
+}
+
+impl<W> RetryCheck<W> {
+    /// Runs every scenario, one after the other, and reports each.
+    ///
+    /// # Panics
+    ///
+    /// Without [`toolbox`](Self::toolbox) or [`effects`](Self::effects), when the toolbox
+    /// closure fails, or when the toolbox has no tool of the checked name.
+    pub async fn run(&self) -> Report {
+        assert!(
+            self.toolbox.is_some() && self.effects.is_some(),
+            "retry check of `{}`: give it .toolbox(..) and .effects(..) before .run()",
+            self.tool
+        );
+        let probe = self.scene();
+        let toolbox = self.worker(&probe, probe.store.clone(), None);
+        let Some(def) = toolbox.definition(&self.tool).cloned() else {
+            let names: Vec<&str> = toolbox.definitions().iter().map(|d| d.name()).collect();
+            panic!(
+                "retry check: the toolbox has no tool named `{}`; it has {names:?}",
+                self.tool
+            );
+        };
+        let target = Target {
+            def: &def,
+            fields: Fields::of(&def),
+        };
+        let mut rows = Vec::new();
+        for scenario in Scenario::ALL {
+            let row = match tokio::time::timeout(SCENARIO_LIMIT, self.scenario(scenario, &target))
+                .await
+            {
+                Ok(row) => row,
+                Err(_) => {
+                    let mut row = Row::new(scenario, 1, 0).answer("no answer");
+                    row.fail(format!(
+                        "the scenario did not end within {} s: a call or a body never returned",
+                        SCENARIO_LIMIT.as_secs()
+                    ));
+                    row
+                }
+            };
+            rows.push(row);
+        }
+        Report {
+            tool: self.tool.clone(),
+            store: self.backend.name().to_string(),
+            rows,
+        }
+    }
+
+    async fn scenario(&self, scenario: Scenario, t: &Target<'_>) -> Row {
+        let scene = &self.scene();
+        let mut row = match scenario {
+            Scenario::Replay => self.replay(t, scene).await,
+            Scenario::Timeout => self.timeout(t, scene).await,
+            Scenario::Reworded => self.reworded_retries(t, scene).await,
+            Scenario::OtherArguments => self.other_arguments(t, scene).await,
+            Scenario::Concurrent => self.concurrent(t, scene).await,
+            Scenario::LostReply => self.lost_reply(t, scene).await,
+            Scenario::Crash => self.crash(t, scene).await,
+            Scenario::LeaseLapse => self.lease_lapse(t, scene).await,
+            Scenario::OtherAction => self.another_action(t, scene).await,
+        };
+        let unrecorded =
+            std::mem::take(&mut *scene.unrecorded.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(what) = unrecorded.first() {
+            row.fail(format!(
+                "the store never took the record of {what}: after a restart its outcome reads as unknown"
+            ));
+        }
+        row
+    }
+
+    fn scene(&self) -> Scene<W> {
+        let world = (self.world)();
+        let clock = Arc::new(ManualClock::new());
+        let store = (self.backend.make)(clock.clone());
+        let before = self.count_raw(&world);
+        Scene {
+            world,
+            clock,
+            store,
+            before,
+            unrecorded: Mutex::default(),
+        }
+    }
+
+    fn count_raw(&self, world: &W) -> usize {
+        (self.effects.as_ref().expect("checked in run"))(world)
+    }
+
+    fn effects_in(&self, scene: &Scene<W>) -> usize {
+        self.count_raw(&scene.world).saturating_sub(scene.before)
+    }
+
+    /// One worker: a toolbox over `store`, the tool's timeout set to `timeout`.
+    fn worker(
+        &self,
+        scene: &Scene<W>,
+        store: Arc<dyn Store>,
+        timeout: Option<Duration>,
+    ) -> Toolbox {
+        let builder = Toolbox::builder()
+            .shared_store(store)
+            .timeout(self.tool.clone(), timeout);
+        let make = self.toolbox.as_ref().expect("checked in run");
+        make(builder, &scene.world).unwrap_or_else(|e| {
+            panic!(
+                "retry check of `{}`: the toolbox closure failed: {e}",
+                self.tool
+            )
+        })
+    }
+
+    fn controlled(&self, scene: &Scene<W>, control: &Arc<Control>) -> Toolbox {
+        let store = WorkerStore {
+            inner: scene.store.clone(),
+            control: control.clone(),
+        };
+        self.worker(scene, Arc::new(store), None)
+    }
+
+    async fn call(&self, toolbox: &Toolbox, args: &Value) -> Answer {
+        toolbox.call(&self.tool, args.clone(), &self.context).await
+    }
+
+    /// The status tool's answer (`completed`, `unknown`, ...), for tools that have one.
+    async fn status(&self, toolbox: &Toolbox, def: &ToolDefinition) -> Option<String> {
+        let name = def.status_tool()?;
+        Some(
+            match toolbox.call(name, self.args.clone(), &self.context).await {
+                Ok(out) => out.value["status"].as_str().unwrap_or("?").to_string(),
+                Err(err) => err.code().to_string(),
+            },
+        )
+    }
+
+    async fn replay(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let w = self.worker(scene, scene.store.clone(), None);
+        let first = self.call(&w, &self.args).await;
+        let again = self.call(&w, &self.args).await;
+        scene.drain(&w).await;
+        let mut row = Row::new(Scenario::Replay, 1, self.effects_in(scene)).answer(format!(
+            "{}, then {}",
+            code(&first),
+            code(&again)
+        ));
+        first_acted(&mut row, &first);
+        effects_verdict(
+            &mut row,
+            t,
+            "the same call, made again, ran again",
+            "the first call's key was not found by the second",
+        );
+        same_result(&mut row, &first, &again, "the same call, made again,");
+        row
+    }
+
+    async fn timeout(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let control = Control::new();
+        control.hold_records(true);
+        let store = WorkerStore {
+            inner: scene.store.clone(),
+            control: control.clone(),
+        };
+        let w = self.worker(scene, Arc::new(store), Some(TIMEOUT));
+        let first = self.call(&w, &self.args).await;
+        let retry = self.call(&w, &self.args).await;
+        let status_running = self.status(&w, t.def).await;
+        control.hold_records(false);
+        scene.drain(&w).await;
+        let status_done = self.status(&w, t.def).await;
+        let last = self.call(&w, &self.args).await;
+        scene.drain(&w).await;
+        let mut answer = format!("{}, retry {}", code(&first), code(&retry));
+        if let (Some(running), Some(done)) = (&status_running, &status_done) {
+            answer.push_str(&format!(
+                ", status {running}; after the body: status {done}"
+            ));
+        } else {
+            answer.push_str("; after the body:");
+        }
+        let sep = if status_done.is_some() { ", " } else { " " };
+        answer.push_str(&format!("{sep}retry {}", code(&last)));
+        let mut row = Row::new(Scenario::Timeout, 1, self.effects_in(scene)).answer(answer);
+        let retried_after = match &first {
+            Err(e) if e.is(ErrorCode::Timeout) => {
+                if !e.is_retryable() {
+                    "the retry after a TIMEOUT that said not to repeat it (models and clients repeat it anyway)"
+                } else {
+                    "the retry after the TIMEOUT"
+                }
+            }
+            _ => "the retry (the first call answered before the timeout)",
+        };
+        effects_verdict(
+            &mut row,
+            t,
+            &format!("{retried_after} ran the body again"),
+            "the running call's reservation did not stop the retry",
+        );
+        if status_done.as_deref().is_some_and(|s| s != "completed") {
+            row.fail(format!(
+                "the status tool answered `{}` after the body ended, not `completed`: the model cannot learn the outcome",
+                status_done.unwrap_or_default()
+            ));
+        }
+        if !matches!(&last, Ok(out) if out.replayed) && row.observed == 1 {
+            row.fail(format!(
+                "a retry after the body ended answered {} instead of replaying its outcome",
+                code(&last)
+            ));
+        }
+        row
+    }
+
+    async fn reworded_retries(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let mut retries = t.fields.rewordings(&self.args);
+        for args in &self.reworded {
+            let changed = changed_fields(&self.args, args);
+            retries.push(super::vary::Variation {
+                label: format!("your rewording ({})", ticked(&changed)),
+                args: args.clone(),
+            });
+        }
+        if retries.is_empty() {
+            return Row::not_run(
+                Scenario::Reworded,
+                "nothing to reword: no `#[arg(ignore)]` argument, no text key argument, and no .reworded(..) example",
+            );
+        }
+        let w = self.worker(scene, scene.store.clone(), None);
+        let first = self.call(&w, &self.args).await;
+        let mut answers = Vec::new();
+        for retry in &retries {
+            answers.push(self.call(&w, &retry.args).await);
+        }
+        scene.drain(&w).await;
+        let codes: Vec<String> = answers.iter().map(code).collect();
+        let answer = if codes.iter().all(|c| *c == codes[0]) {
+            let retries = if codes.len() == 1 { "retry" } else { "retries" };
+            format!(
+                "{}, then {} {retries}: {}",
+                code(&first),
+                codes.len(),
+                codes[0]
+            )
+        } else {
+            format!("{}, then {}", code(&first), codes.join(", "))
+        };
+        let mut row = Row::new(Scenario::Reworded, 1, self.effects_in(scene)).answer(answer);
+        first_acted(&mut row, &first);
+        for (retry, answer) in retries.iter().zip(&answers) {
+            let changed = changed_fields(&self.args, &retry.args);
+            let in_key: Vec<String> = changed
+                .iter()
+                .filter(|f| {
+                    t.fields
+                        .template()
+                        .is_some_and(|k| k.contains(&format!("<{f}>")))
+                })
+                .cloned()
+                .collect();
+            match answer {
+                Ok(out) if out.replayed => continue,
+                Ok(_) => {
+                    let cause = match (t.def.story(), in_key.is_empty()) {
+                        (Story::Idempotent, false) => format!(
+                            "the key `{}` holds {}, which the retry wrote otherwise, so it got a new key; keep free text out of the key and mark it `#[arg(ignore)]`",
+                            t.fields.template().unwrap_or_default(),
+                            ticked(&in_key)
+                        ),
+                        _ => String::new(),
+                    };
+                    let what = format!("the retry with {} ran again", retry.label);
+                    effects_verdict(&mut row, t, &what, &cause);
+                    row.fail(format!(
+                        "{what} instead of replaying (the outside system saw no second effect)"
+                    ));
+                }
+                Err(err) if err.is(ErrorCode::Conflict) => row.fail(format!(
+                    "the retry with {} was refused as a CONFLICT: {} reach the fingerprint; mark free text `#[arg(ignore)]`",
+                    retry.label,
+                    ticked(&changed)
+                )),
+                Err(err) => row.fail(format!(
+                    "the retry with {} answered {} ({}), not a replay",
+                    retry.label,
+                    err.code(),
+                    err.message()
+                )),
+            }
+        }
+        effects_verdict(&mut row, t, "a reworded retry ran again", "");
+        row
+    }
+
+    async fn other_arguments(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let Some(retry) = t.fields.other_arguments(&self.args) else {
+            return Row::not_run(
+                Scenario::OtherArguments,
+                "every argument is a key field or ignored: no other arguments can share the key",
+            );
+        };
+        let w = self.worker(scene, scene.store.clone(), None);
+        let first = self.call(&w, &self.args).await;
+        let again = self.call(&w, &retry.args).await;
+        scene.drain(&w).await;
+        let mut row = Row::new(Scenario::OtherArguments, 1, self.effects_in(scene))
+            .answer(format!("{}, then {}", code(&first), code(&again)));
+        first_acted(&mut row, &first);
+        effects_verdict(
+            &mut row,
+            t,
+            &format!(
+                "a retry with {} ran as a new action instead of a CONFLICT",
+                retry.label
+            ),
+            "",
+        );
+        match &again {
+            Err(err) if err.is(ErrorCode::Conflict) => {}
+            Ok(out) if out.replayed => row.fail(format!(
+                "a retry with {} was answered with the first call's result: the model believes the changed action was done; the field must reach the fingerprint",
+                retry.label
+            )),
+            other => row.fail(format!(
+                "a retry with {} answered {}, not a CONFLICT",
+                retry.label,
+                code(other)
+            )),
+        }
+        row
+    }
+
+    async fn concurrent(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let control = Control::new();
+        control.hold_records(true);
+        let w = self.controlled(scene, &control);
+        let mut calls = JoinSet::new();
+        for _ in 0..self.duplicates {
+            let (w, tool, args, ctx) = (
+                w.clone(),
+                self.tool.clone(),
+                self.args.clone(),
+                self.context.clone(),
+            );
+            calls.spawn(async move { w.call(&tool, args, &ctx).await });
+        }
+        let mut answers = Vec::new();
+        let deadline = tokio::time::Instant::now() + DUPLICATES_WAIT;
+        while answers.len() + 1 < self.duplicates {
+            match tokio::time::timeout_at(deadline, calls.join_next()).await {
+                Ok(Some(joined)) => answers.push(joined.unwrap_or_else(|e| panic_answer(&e))),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        control.hold_records(false);
+        while let Some(joined) = calls.join_next().await {
+            answers.push(joined.unwrap_or_else(|e| panic_answer(&e)));
+        }
+        scene.drain(&w).await;
+        let mut row =
+            Row::new(Scenario::Concurrent, 1, self.effects_in(scene)).answer(tally(&answers));
+        let ran = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(out) if !out.replayed))
+            .count();
+        effects_verdict(
+            &mut row,
+            t,
+            &format!("{ran} of {} concurrent duplicates ran", self.duplicates),
+            "the store let two calls hold one key",
+        );
+        row
+    }
+
+    async fn lost_reply(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let faulty = Arc::new(FaultyStore::new(
+            scene.store.clone(),
+            Plan::script([(Op::Complete, Fault::LoseReply)]),
+        ));
+        let w = self.worker(scene, faulty.clone(), None);
+        let first = self.call(&w, &self.args).await;
+        scene.drain(&w).await;
+        let again = self.call(&w, &self.args).await;
+        let status = self.status(&w, t.def).await;
+        scene.drain(&w).await;
+        let lost = faulty.injected().lost_replies;
+        let mut answer = format!("{}, retry {}", code(&first), code(&again));
+        if let Some(status) = &status {
+            answer.push_str(&format!(", status {status}"));
+        }
+        if lost == 0 {
+            answer.push_str(" (no record write to lose)");
+        }
+        let mut row = Row::new(Scenario::LostReply, 1, self.effects_in(scene)).answer(answer);
+        first_acted(&mut row, &first);
+        effects_verdict(
+            &mut row,
+            t,
+            "after the record write's reply was lost, the retry ran the body again",
+            "the outcome was not kept",
+        );
+        same_result(
+            &mut row,
+            &first,
+            &again,
+            "after the record write's reply was lost, a retry",
+        );
+        if status.as_deref().is_some_and(|s| s != "completed") {
+            row.fail(format!(
+                "after the record write's reply was lost, the status tool answered `{}`, not `completed`",
+                status.unwrap_or_default()
+            ));
+        }
+        row
+    }
+
+    async fn crash(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let control = Control::new();
+        control.die_at_record();
+        let dead = self.controlled(scene, &control);
+        let mut first = {
+            let (dead, tool, args, ctx) = (
+                dead.clone(),
+                self.tool.clone(),
+                self.args.clone(),
+                self.context.clone(),
+            );
+            tokio::spawn(async move { dead.call(&tool, args, &ctx).await })
+        };
+        // The body ends at its record write, where the worker dies; a tool that writes no
+        // record answers, and the worker dies before the answer reaches anyone.
+        let ended = tokio::select! {
+            reached = control.record_reached(BODY_LIMIT) => reached,
+            _ = &mut first => true,
+        };
+        drop(first);
+        let mut row = Row::new(Scenario::Crash, 1, 0);
+        if !ended {
+            row.fail(format!(
+                "the body did not end within {} s",
+                BODY_LIMIT.as_secs()
+            ));
+            return row;
+        }
+        scene
+            .clock
+            .advance(t.def.settings().lease + Duration::from_secs(1));
+        let next = self.worker(scene, scene.store.clone(), None);
+        let retry = self.call(&next, &self.args).await;
+        let status = self.status(&next, t.def).await;
+        scene.drain(&next).await;
+        let recovered = next.stats().recovered > 0;
+        row.observed = self.effects_in(scene);
+        let mut answer = format!("worker died; retry {}", code(&retry));
+        answer.push_str(looked_up(recovered, &retry));
+        if let Some(status) = &status {
+            answer.push_str(&format!(", status {status}"));
+        }
+        row.answer = answer;
+        let twice = if recovered {
+            "the recover hook found nothing, though the dead worker had acted; it must find the effect by what the key names"
+        } else {
+            "the dead worker's call was not seen by the next worker"
+        };
+        effects_verdict(
+            &mut row,
+            t,
+            "after the worker died, the retry ran again",
+            twice,
+        );
+        lapsed_or_fail(&mut row, &retry);
+        if row.verdict == Verdict::Pass {
+            match &retry {
+                Err(err) if err.is(ErrorCode::OutcomeUnknown) => {
+                    row.note("no recover hook: the model is told the outcome is unknown; `recover = ..` would answer it");
+                    if status.as_deref().is_some_and(|s| s != "unknown") {
+                        row.fail(format!(
+                            "the status tool answered `{}` after the crash, not `unknown`",
+                            status.unwrap_or_default()
+                        ));
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => row.fail(format!(
+                    "after the worker died, the retry answered {} ({})",
+                    err.code(),
+                    err.message()
+                )),
+            }
+        }
+        row
+    }
+
+    async fn lease_lapse(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let control = Control::new();
+        control.hold_records(true);
+        control.fail_renewals();
+        let slow = self.controlled(scene, &control);
+        let mut first = {
+            let (slow, tool, args, ctx) = (
+                slow.clone(),
+                self.tool.clone(),
+                self.args.clone(),
+                self.context.clone(),
+            );
+            tokio::spawn(async move { slow.call(&tool, args, &ctx).await })
+        };
+        let mut answered = None;
+        let ended = tokio::select! {
+            reached = control.record_reached(BODY_LIMIT) => reached,
+            joined = &mut first => {
+                answered = Some(joined.unwrap_or_else(|e| panic_answer(&e)));
+                true
+            }
+        };
+        let mut row = Row::new(Scenario::LeaseLapse, 1, 0);
+        if !ended {
+            row.fail(format!(
+                "the body did not end within {} s",
+                BODY_LIMIT.as_secs()
+            ));
+            return row;
+        }
+        scene
+            .clock
+            .advance(t.def.settings().lease + Duration::from_secs(1));
+        let next = self.worker(scene, scene.store.clone(), None);
+        let retry = self.call(&next, &self.args).await;
+        control.hold_records(false);
+        let first = match answered {
+            Some(answer) => answer,
+            None => match tokio::time::timeout(BODY_LIMIT, first).await {
+                Ok(joined) => joined.unwrap_or_else(|e| panic_answer(&e)),
+                Err(_) => Err(ToolError::internal("the first call never answered")),
+            },
+        };
+        scene.drain(&slow).await;
+        scene.drain(&next).await;
+        let recovered = next.stats().recovered > 0;
+        row.observed = self.effects_in(scene);
+        row.answer = format!(
+            "lease lapsed; retry {}{}, first call {}",
+            code(&retry),
+            looked_up(recovered, &retry),
+            code(&first)
+        );
+        let twice = if recovered {
+            "the recover hook found nothing, though the slow body had acted; it must find the effect by what the key names"
+        } else {
+            "the slow call's reservation was not seen by the next worker"
+        };
+        effects_verdict(
+            &mut row,
+            t,
+            "while the slow body's lease had lapsed, the retry ran again",
+            twice,
+        );
+        lapsed_or_fail(&mut row, &retry);
+        if let (Ok(a), Ok(b)) = (&first, &retry) {
+            if a.value != b.value && row.verdict == Verdict::Pass {
+                row.fail("the slow call and the retry both answered success with different results for one action");
+            }
+        }
+        row
+    }
+
+    async fn another_action(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let Some(other) = &self.other_action else {
+            return Row::not_run(
+                Scenario::OtherAction,
+                "no other action given: .other_action(..) names a call that must run after the first",
+            );
+        };
+        let w = self.worker(scene, scene.store.clone(), None);
+        let first = self.call(&w, &self.args).await;
+        let second = self.call(&w, other).await;
+        scene.drain(&w).await;
+        let mut row = Row::new(Scenario::OtherAction, 2, self.effects_in(scene)).answer(format!(
+            "{}, then {}",
+            code(&first),
+            code(&second)
+        ));
+        first_acted(&mut row, &first);
+        let differ = ticked(&changed_fields(&self.args, other));
+        let key = t
+            .fields
+            .template()
+            .map(|k| format!("the key `{k}`"))
+            .unwrap_or_else(|| "the tool".into());
+        match &second {
+            Err(err) if err.is(ErrorCode::Conflict) => row.fail(format!(
+                "skipped work: the other action was refused as a CONFLICT: {key} does not tell it from the first (they differ in {differ}); put what tells actions apart in the key"
+            )),
+            Ok(out) if out.replayed => row.fail(format!(
+                "skipped work: the other action was answered with the first one's result: {key} does not tell them apart (they differ in {differ})"
+            )),
+            Err(err) => row.fail(format!(
+                "the other action answered {} ({})",
+                err.code(),
+                err.message()
+            )),
+            Ok(_) => {}
+        }
+        effects_verdict(
+            &mut row,
+            t,
+            "the two actions made more effects than two",
+            "",
+        );
+        row
+    }
+}
+
+/// `ok`, `replayed`, or the error's code.
+fn code(answer: &Answer) -> String {
+    match answer {
+        Ok(out) if out.replayed => "replayed".into(),
+        Ok(_) => "ok".into(),
+        Err(err) => err.code().into(),
+    }
+}
+
+/// What the recover hook did for a retry after a take-over.
+fn looked_up(recovered: bool, retry: &Answer) -> &'static str {
+    match retry {
+        Ok(out) if recovered && out.replayed => " (found by the recover hook)",
+        Ok(_) if recovered => " (the recover hook found nothing)",
+        _ => "",
+    }
+}
+
+/// `1 ok, 7 IN_PROGRESS`.
+fn tally(answers: &[Answer]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for answer in answers {
+        let code = code(answer);
+        match counts.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((code, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(c, n)| format!("{n} {c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn ticked(fields: &[String]) -> String {
+    if fields.is_empty() {
+        return "nothing".into();
+    }
+    fields
+        .iter()
+        .map(|f| format!("`{f}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn panic_answer(err: &tokio::task::JoinError) -> Answer {
+    Err(ToolError::internal(format!(
+        "the call's task failed: {err}"
+    )))
+}
+
+/// Why a tool without a key does the work again.
+fn no_key(def: &ToolDefinition) -> Option<String> {
+    (def.story() != Story::Idempotent).then(|| {
+        format!(
+            "`{}` is `{}`: no key ties a retry to the first call; declare `idempotent(key = \"...\")`",
+            def.name(),
+            def.story().as_str()
+        )
+    })
+}
+
+/// Fails the row when the effects are not as expected: more is the work done twice, fewer is
+/// work skipped. `keyed_cause` explains the double for a keyed tool.
+fn effects_verdict(row: &mut Row, t: &Target<'_>, what: &str, keyed_cause: &str) {
+    if row.observed > row.expected {
+        let cause = no_key(t.def).unwrap_or_else(|| keyed_cause.to_string());
+        let cause = if cause.is_empty() {
+            String::new()
+        } else {
+            format!("; {cause}")
+        };
+        let times = match row.observed {
+            2 => "twice".to_string(),
+            n => format!("{n} times"),
+        };
+        row.fail(format!("did the work {times}: {what}{cause}"));
+    } else if row.observed < row.expected {
+        row.fail(format!(
+            "skipped work: {} effect(s) counted where {} were due",
+            row.observed, row.expected
+        ));
+    }
+}
+
+/// The example arguments must make the tool act.
+fn first_acted(row: &mut Row, first: &Answer) {
+    if let Err(err) = first {
+        row.fail(format!(
+            "the first call answered {} ({}): give arguments that make the tool act",
+            err.code(),
+            err.message()
+        ));
+    }
+}
+
+/// A later call must be the first call's result, replayed.
+fn same_result(row: &mut Row, first: &Answer, again: &Answer, what: &str) {
+    let (Ok(first), Ok(again)) = (first, again) else {
+        if let (Ok(_), Err(err)) = (first, again) {
+            row.fail(format!(
+                "{what} answered {} ({}), not the first result",
+                err.code(),
+                err.message()
+            ));
+        }
+        return;
+    };
+    if !again.replayed {
+        row.fail(format!("{what} was not answered as a replay"));
+    } else if again.value != first.value {
+        row.fail(format!(
+            "{what} was answered {} where the first call answered {}",
+            again.value, first.value
+        ));
+    }
+}
+
+/// The crash and lease rows need the lease to have lapsed when the check moved the clock.
+fn lapsed_or_fail(row: &mut Row, retry: &Answer) {
+    if matches!(retry, Err(err) if err.is(ErrorCode::InProgress)) {
+        row.fail("the retry answered IN_PROGRESS after the check moved the clock past the lease: the store does not judge leases by the clock the check gave it");
+    }
+}

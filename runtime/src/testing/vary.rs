@@ -1,0 +1,285 @@
+//! The arguments of the catalogue's retries, derived from the tool's definition: ignored fields
+//! reworded, key fields respelled only as the key normalizes them, one fingerprinted field
+//! changed.
+
+use serde_json::{Map, Value};
+use unicode_normalization::UnicodeNormalization;
+
+use crate::ToolDefinition;
+
+/// What the definition says about each argument.
+pub(crate) struct Fields<'a> {
+    def: &'a ToolDefinition,
+    key: Vec<String>,
+}
+
+/// One retry: what it changed, and its arguments.
+pub(crate) struct Variation {
+    pub(crate) label: String,
+    pub(crate) args: Value,
+}
+
+impl<'a> Fields<'a> {
+    pub(crate) fn of(def: &'a ToolDefinition) -> Fields<'a> {
+        Fields {
+            def,
+            key: def.key_template().map(key_fields).unwrap_or_default(),
+        }
+    }
+
+    /// The key template, for the reasons a failing row gives.
+    pub(crate) fn template(&self) -> Option<&str> {
+        self.def.key_template()
+    }
+
+    fn property(&self, name: &str) -> Option<&Value> {
+        self.def.input_schema().get("properties")?.get(name)
+    }
+
+    fn is_key(&self, name: &str) -> bool {
+        self.key.iter().any(|k| k == name)
+    }
+
+    fn is_ignored(&self, name: &str) -> bool {
+        self.def.ignored_arguments().iter().any(|k| k == name)
+    }
+
+    /// The retries a tool must answer as replays: each ignored field reworded, each text key
+    /// field respelled as its normalization allows, then all of them at once.
+    pub(crate) fn rewordings(&self, args: &Value) -> Vec<Variation> {
+        let mut changes: Vec<(String, String, Value)> = Vec::new();
+        for name in self.def.ignored_arguments() {
+            let (Some(value), Some(schema)) = (args.get(name), self.property(name)) else {
+                continue;
+            };
+            if let Some(new) = reword(value, schema) {
+                changes.push((name.clone(), format!("`{name}` reworded"), new));
+            }
+        }
+        for name in &self.key {
+            let (Some(Value::String(text)), Some(schema)) = (args.get(name), self.property(name))
+            else {
+                continue;
+            };
+            if !is_plain_text(schema) {
+                continue;
+            }
+            let folds = self
+                .def
+                .case_insensitive_arguments()
+                .iter()
+                .any(|k| k == name);
+            let new = respell(text, folds);
+            changes.push((
+                name.clone(),
+                format!("`{name}` written {new:?}"),
+                Value::String(new),
+            ));
+        }
+        let mut retries: Vec<Variation> = changes
+            .iter()
+            .map(|(name, label, value)| Variation {
+                label: label.clone(),
+                args: with(args, [(name.as_str(), value.clone())]),
+            })
+            .collect();
+        if changes.len() > 1 {
+            retries.push(Variation {
+                label: "all of these at once".into(),
+                args: with(
+                    args,
+                    changes.iter().map(|(n, _, v)| (n.as_str(), v.clone())),
+                ),
+            });
+        }
+        retries
+    }
+
+    /// A retry under the same key with another value of one fingerprinted field: numbers first
+    /// (an amount), then text, then the rest.
+    pub(crate) fn other_arguments(&self, args: &Value) -> Option<Variation> {
+        let object = args.as_object()?;
+        let candidates = object
+            .iter()
+            .filter(|(name, _)| !self.is_key(name) && !self.is_ignored(name));
+        let mut best: Option<(u8, Variation)> = None;
+        for (name, value) in candidates {
+            let Some(schema) = self.property(name) else {
+                continue;
+            };
+            let Some((rank, new)) = change(value, schema) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(r, _)| rank < *r) {
+                let label = format!("another `{name}` ({})", short(&new));
+                let args = with(args, [(name.as_str(), new)]);
+                best = Some((rank, Variation { label, args }));
+            }
+        }
+        best.map(|(_, v)| v)
+    }
+}
+
+/// The top-level fields whose values differ between two argument sets, in `b`'s order.
+pub(crate) fn changed_fields(a: &Value, b: &Value) -> Vec<String> {
+    let empty = Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let mut names: Vec<String> = b
+        .iter()
+        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    names.extend(a.keys().filter(|k| !b.contains_key(*k)).cloned());
+    names
+}
+
+/// The `<name>` placeholders of a key template that are arguments (not `ctx.*`).
+fn key_fields(template: &str) -> Vec<String> {
+    template
+        .split('<')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>').map(|(name, _)| name))
+        .filter(|name| !name.starts_with("ctx."))
+        .map(str::to_string)
+        .collect()
+}
+
+fn with<'n>(args: &Value, changes: impl IntoIterator<Item = (&'n str, Value)>) -> Value {
+    let mut args = args.clone();
+    if let Some(object) = args.as_object_mut() {
+        for (name, value) in changes {
+            object.insert(name.to_string(), value);
+        }
+    }
+    args
+}
+
+/// A schema for text of any shape: no enum, format, pattern or length limit to break.
+fn is_plain_text(schema: &Value) -> bool {
+    let is_string = match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    is_string
+        && ["enum", "const", "format", "pattern", "maxLength", "$ref"]
+            .iter()
+            .all(|k| schema.get(*k).is_none())
+}
+
+fn enum_alternative(value: &Value, schema: &Value) -> Option<Value> {
+    let options = schema.get("enum")?.as_array()?;
+    options.iter().find(|o| *o != value).cloned()
+}
+
+/// The value as a model might write it the second time: other words, another number.
+fn reword(value: &Value, schema: &Value) -> Option<Value> {
+    if let Some(other) = enum_alternative(value, schema) {
+        return Some(other);
+    }
+    match value {
+        Value::String(text) if is_plain_text(schema) => {
+            Some(Value::String(format!("{text} (in other words)")))
+        }
+        Value::Null if is_plain_text(schema) => Some(Value::String("in other words".into())),
+        _ => change(value, schema).map(|(_, v)| v),
+    }
+}
+
+/// Another value of the same type, ranked: numbers 0, text 1, booleans 2, enums 3.
+fn change(value: &Value, schema: &Value) -> Option<(u8, Value)> {
+    if let Some(other) = enum_alternative(value, schema) {
+        return Some((3, other));
+    }
+    match value {
+        Value::Number(n) if n.is_i64() || n.is_u64() => {
+            let n = n.as_i64().map(|n| n.saturating_add(1)).map(Value::from);
+            n.map(|v| (0, v))
+        }
+        Value::Number(n) => n.as_f64().map(|f| (0, Value::from(f + 1.0))),
+        Value::String(text) if is_plain_text(schema) => {
+            Some((1, Value::String(format!("{text}-other"))))
+        }
+        Value::Bool(b) => Some((2, Value::Bool(!b))),
+        _ => None,
+    }
+}
+
+/// The key's normalization of one text part: trimmed, NFC, lowercased where it folds case.
+fn normalize(text: &str, folds: bool) -> String {
+    let text: String = text.trim().nfc().collect();
+    if folds {
+        text.to_lowercase().nfc().collect()
+    } else {
+        text
+    }
+}
+
+/// `text` written otherwise with the same key part: spaces around it, decomposed accents, and
+/// upper case where the field folds case.
+fn respell(text: &str, folds: bool) -> String {
+    let target = normalize(text, folds);
+    let mut candidates = Vec::new();
+    let decomposed: String = text.nfd().collect();
+    if folds {
+        candidates.push(format!("  {} ", decomposed.to_uppercase()));
+        candidates.push(format!("  {} ", text.to_uppercase()));
+    }
+    candidates.push(format!("  {decomposed} "));
+    candidates
+        .into_iter()
+        .find(|c| normalize(c, folds) == target)
+        .unwrap_or_else(|| format!("  {text} "))
+}
+
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 24 {
+        format!("{}…", text.chars().take(23).collect::<String>())
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_fields_leave_out_the_context() {
+        assert_eq!(
+            key_fields("refund:<order>:<ctx.run_id>:<ctx.step>:<line>"),
+            ["order", "line"]
+        );
+    }
+
+    #[test]
+    fn a_respelling_keeps_the_key_part() {
+        assert_eq!(respell("acme", true), "  ACME ");
+        assert_eq!(respell("acme", false), "  acme ");
+        // `ß` upper-cases to `SS`, which lowercases to `ss`: another key part, so not used.
+        assert_eq!(normalize(&respell("straße", true), true), "straße");
+        assert_eq!(normalize(&respell("café", false), false), "café");
+        assert_ne!(respell("café", false).trim(), "café");
+    }
+
+    #[test]
+    fn a_change_keeps_the_type() {
+        let number = json!({"type": "number"});
+        assert_eq!(change(&json!(1200.0), &number), Some((0, json!(1201.0))));
+        assert_eq!(
+            change(&json!(7), &json!({"type": "integer"})),
+            Some((0, json!(8)))
+        );
+        let plan = json!({"type": "string", "enum": ["basic", "pro"]});
+        assert_eq!(change(&json!("basic"), &plan), Some((3, json!("pro"))));
+        assert_eq!(
+            change(&json!("x"), &json!({"type": "string", "format": "uuid"})),
+            None
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! `toolkey::testing::RetryCheck` against tools keyed well and badly, counting charges on a fake
+//! payment provider: a good tool passes every row, each bad one fails exactly the rows its
+//! mistake breaks, on the memory and the SQLite store.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use toolkey::testing::{Backend, Report, RetryCheck, Scenario, Verdict};
+use toolkey::{tool, State, ToolError};
+
+/// The outside system: the charges it made, each for an order and an amount.
+#[derive(Default)]
+struct Payments {
+    charges: Mutex<Vec<(String, i64, String)>>,
+}
+
+impl Payments {
+    fn charge(&self, order: &str, cents: i64, note: &str) -> String {
+        let mut charges = self.charges.lock().unwrap();
+        charges.push((order.to_string(), cents, note.to_string()));
+        format!("ch_{}", charges.len())
+    }
+
+    fn find(&self, order: &str) -> Option<String> {
+        let charges = self.charges.lock().unwrap();
+        let at = charges.iter().position(|(o, _, _)| o == order)?;
+        Some(format!("ch_{}", at + 1))
+    }
+
+    fn count(&self) -> usize {
+        self.charges.lock().unwrap().len()
+    }
+}
+
+/// Charge an order; a retry after a crash looks the charge up by order first.
+#[tool(idempotent(key = "charge:<order>", recover = find_charge))]
+async fn charge(
+    payments: State<Payments>,
+    /// The order, for example "o-1".
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
+async fn find_charge(
+    payments: State<Payments>,
+    order: String,
+    cents: i64,
+    note: String,
+) -> Result<Option<String>, ToolError> {
+    let _ = (cents, note);
+    Ok(payments.find(&order))
+}
+
+/// Charge an order; its lookup asks the provider by the note, which the provider never indexes.
+#[tool(idempotent(key = "charge:<order>", recover = find_nothing))]
+async fn charge_looking_elsewhere(
+    payments: State<Payments>,
+    /// The order, for example "o-1".
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
+async fn find_nothing(
+    payments: State<Payments>,
+    order: String,
+    cents: i64,
+    note: String,
+) -> Result<Option<String>, ToolError> {
+    let _ = (payments, order, cents, note);
+    Ok(None)
+}
+
+/// Charge a customer for a month: the key leaves the month out.
+#[tool(idempotent(key = "charge:<customer>"))]
+async fn charge_monthly(
+    payments: State<Payments>,
+    /// The customer.
+    customer: String,
+    /// The month billed, as YYYY-MM.
+    month: String,
+    /// The amount in cents.
+    cents: i64,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&format!("{customer}/{month}"), cents, ""))
+}
+
+/// Charge an order: the key holds the note, free text the model rewords.
+#[tool(idempotent(key = "charge:<order>:<note>"))]
+async fn charge_keyed_on_note(
+    payments: State<Payments>,
+    /// The order.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
+fn args() -> Value {
+    json!({"order": "o-1", "cents": 500, "note": "Thanks for your order"})
+}
+
+fn check(tool: &'static str, args: Value, backend: Backend) -> RetryCheck<Arc<Payments>> {
+    RetryCheck::new(tool, args, || Arc::new(Payments::default()))
+        .toolbox(|builder, payments| {
+            builder
+                .shared_state(payments.clone())
+                .tool(Charge)
+                .tool(ChargeLookingElsewhere)
+                .tool(ChargeMonthly)
+                .tool(ChargeKeyedOnNote)
+                .build()
+        })
+        .effects(|payments| payments.count())
+        .store(backend)
+}
+
+/// Each row as (scenario, expected, observed, verdict).
+fn table(report: &Report) -> Vec<(Scenario, usize, usize, Verdict)> {
+    report
+        .rows
+        .iter()
+        .map(|r| (r.scenario, r.expected, r.observed, r.verdict))
+        .collect()
+}
+
+fn reason(report: &Report, scenario: Scenario) -> String {
+    report
+        .row(scenario)
+        .and_then(|r| r.reason.clone())
+        .unwrap_or_default()
+}
+
+fn backends() -> [Backend; 2] {
+    [Backend::memory(), Backend::sqlite()]
+}
+
+use Scenario::*;
+use Verdict::{Fail, NotRun, Pass};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
+    for backend in backends() {
+        let report = check("charge", args(), backend)
+            .reworded(json!({"order": "o-1", "cents": 500, "note": "Thank you!"}))
+            .other_action(json!({"order": "o-2", "cents": 500, "note": "Thanks"}))
+            .run()
+            .await;
+        report.assert_retry_safe();
+        assert_eq!(
+            table(&report),
+            [
+                (Replay, 1, 1, Pass),
+                (Timeout, 1, 1, Pass),
+                (Reworded, 1, 1, Pass),
+                (OtherArguments, 1, 1, Pass),
+                (Concurrent, 1, 1, Pass),
+                (LostReply, 1, 1, Pass),
+                (Crash, 1, 1, Pass),
+                (LeaseLapse, 1, 1, Pass),
+                (OtherAction, 2, 2, Pass),
+            ],
+            "{report}"
+        );
+        let answer = |s| report.row(s).unwrap().answer.clone();
+        assert_eq!(answer(Replay), "ok, then replayed");
+        assert_eq!(
+            answer(Timeout),
+            "TIMEOUT, retry IN_PROGRESS, status in_progress; after the body: status completed, retry replayed"
+        );
+        // `note` reworded, `order` respelled with spaces, both at once, and the given rewording.
+        assert_eq!(answer(Reworded), "ok, then 4 retries: replayed");
+        assert_eq!(answer(OtherArguments), "ok, then CONFLICT");
+        assert_eq!(answer(Concurrent), "7 IN_PROGRESS, 1 ok");
+        assert_eq!(answer(LostReply), "ok, retry replayed, status completed");
+        assert_eq!(
+            answer(Crash),
+            "worker died; retry replayed (found by the recover hook), status completed"
+        );
+        assert_eq!(
+            answer(LeaseLapse),
+            "lease lapsed; retry replayed (found by the recover hook), first call ok"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
+    for backend in backends() {
+        let report = check("charge_looking_elsewhere", args(), backend)
+            .run()
+            .await;
+        assert_eq!(
+            table(&report),
+            [
+                (Replay, 1, 1, Pass),
+                (Timeout, 1, 1, Pass),
+                (Reworded, 1, 1, Pass),
+                (OtherArguments, 1, 1, Pass),
+                (Concurrent, 1, 1, Pass),
+                (LostReply, 1, 1, Pass),
+                (Crash, 1, 2, Fail),
+                (LeaseLapse, 1, 2, Fail),
+                (OtherAction, 0, 0, NotRun),
+            ],
+            "{report}"
+        );
+        assert!(reason(&report, Crash).starts_with(
+            "did the work twice: after the worker died, the retry ran again; the recover hook found nothing, though the dead worker had acted"
+        ), "{report}");
+        assert!(reason(&report, LeaseLapse).starts_with(
+            "did the work twice: while the slow body's lease had lapsed, the retry ran again; the recover hook found nothing"
+        ), "{report}");
+        let panic = std::panic::catch_unwind(|| report.assert_retry_safe()).unwrap_err();
+        let text = panic.downcast_ref::<String>().unwrap();
+        assert!(text.contains("2 scenarios FAILED"), "{text}");
+        assert!(
+            text.contains("FAIL: did the work twice: after the worker died"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
+    for backend in backends() {
+        let monthly = json!({"customer": "acme", "month": "2026-10", "cents": 500});
+        let report = check("charge_monthly", monthly, backend)
+            .other_action(json!({"customer": "acme", "month": "2026-11", "cents": 500}))
+            .run()
+            .await;
+        assert_eq!(
+            table(&report),
+            [
+                (Replay, 1, 1, Pass),
+                (Timeout, 1, 1, Pass),
+                (Reworded, 1, 1, Pass),
+                (OtherArguments, 1, 1, Pass),
+                (Concurrent, 1, 1, Pass),
+                (LostReply, 1, 1, Pass),
+                (Crash, 1, 1, Pass),
+                (LeaseLapse, 1, 1, Pass),
+                (OtherAction, 2, 1, Fail),
+            ],
+            "{report}"
+        );
+        assert_eq!(
+            reason(&report, OtherAction),
+            "skipped work: the other action was refused as a CONFLICT: the key `charge:<customer>` does not tell it from the first (they differ in `month`); put what tells actions apart in the key"
+        );
+        assert_eq!(report.row(OtherAction).unwrap().answer, "ok, then CONFLICT");
+        // The only text key field is respelled; the month is what a retry may not change.
+        assert_eq!(
+            report.row(Reworded).unwrap().answer,
+            "ok, then 1 retry: replayed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
+    for backend in backends() {
+        let report = check("charge_keyed_on_note", args(), backend)
+            .reworded(json!({"order": "o-1", "cents": 500, "note": "Thank you for ordering"}))
+            .run()
+            .await;
+        assert_eq!(
+            table(&report),
+            [
+                (Replay, 1, 1, Pass),
+                (Timeout, 1, 1, Pass),
+                (Reworded, 1, 2, Fail),
+                (OtherArguments, 1, 1, Pass),
+                (Concurrent, 1, 1, Pass),
+                (LostReply, 1, 1, Pass),
+                (Crash, 1, 1, Pass),
+                (LeaseLapse, 1, 1, Pass),
+                (OtherAction, 0, 0, NotRun),
+            ],
+            "{report}"
+        );
+        assert_eq!(
+            reason(&report, Reworded),
+            "did the work twice: the retry with your rewording (`note`) ran again; the key `charge:<order>:<note>` holds `note`, which the retry wrote otherwise, so it got a new key; keep free text out of the key and mark it `#[arg(ignore)]`"
+        );
+        // Without a recover hook a crash leaves one charge and an honest "unknown".
+        let crash = report.row(Crash).unwrap();
+        assert_eq!(
+            crash.answer,
+            "worker died; retry OUTCOME_UNKNOWN, status unknown"
+        );
+        assert!(crash
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("no recover hook"));
+    }
+}
