@@ -152,18 +152,9 @@ impl SqliteStore {
         F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     {
         let (conn, clock) = (self.conn.clone(), self.clock.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut conn = lock(&conn);
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(unavailable)?;
-            let now = to_millis(clock.now());
-            let answer = f(&tx, now)?;
-            tx.commit().map_err(unavailable)?;
-            Ok(answer)
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+        tokio::task::spawn_blocking(move || in_write(&mut lock(&conn), &*clock, f))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
     }
 
     /// Runs `f` on tokio's blocking pool with the connection and the clock read once the
@@ -194,6 +185,22 @@ impl SqliteStore {
             )
             .expect("corrupt a record");
     }
+}
+
+/// Runs `f` in a transaction that holds the database's write lock (`BEGIN IMMEDIATE`), with the
+/// clock read once the lock is held.
+fn in_write<T>(
+    conn: &mut Connection,
+    clock: &dyn Clock,
+    f: impl FnOnce(&Connection, i64) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(unavailable)?;
+    let now = to_millis(clock.now());
+    let answer = f(&tx, now)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(answer)
 }
 
 /// The connection, even after a panic while it was held; a transaction the panic left open is
@@ -318,33 +325,46 @@ impl Store for SqliteStore {
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
-        // The write lock is taken before anything is read: of two processes reserving one key,
-        // the second reads the first's committed row.
-        self.write(move |tx, now| {
-            let lease_until = now.saturating_add(span_ms(lease));
-            let inserted = fenced(
-                tx,
-                &format!(
-                    "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
-                     VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
-                     ON CONFLICT (tenant, key) DO UPDATE SET
-                         state = excluded.state, token = excluded.token,
-                         fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
-                         lease_until_ms = excluded.lease_until_ms, outcome = NULL,
-                         completed_at_ms = NULL, expires_at_ms = NULL
-                     WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
-                ),
-                params![key.tenant, key.key, token.as_str(), fp, now, lease_until],
-            )?;
-            if inserted {
-                return Ok(Reservation::Reserved(token));
+        let (conn, clock) = (self.conn.clone(), self.clock.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = lock(&conn);
+            // A replay, IN_PROGRESS or CONFLICT answer writes nothing: a live record in the way
+            // is answered from a plain read (WAL readers never wait for the write lock). Only a
+            // free or expired key takes the write lock, and is read again under it: of two
+            // processes reserving one key, the second reads the first's committed row.
+            if let Some(stored) = read_row(&conn, &key)? {
+                let now = to_millis(clock.now());
+                if !stored.expired(now) {
+                    return Ok(Reservation::Existing(stored.to_record(&key, now)?));
+                }
             }
-            let stored = read_row(tx, &key)?.ok_or_else(|| {
-                StoreError::Unavailable("sqlite: a conflicting row vanished".into())
-            })?;
-            Ok(Reservation::Existing(stored.to_record(&key, now)?))
+            in_write(&mut conn, &*clock, |tx, now| {
+                let lease_until = now.saturating_add(span_ms(lease));
+                let inserted = fenced(
+                    tx,
+                    &format!(
+                        "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
+                         VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
+                         ON CONFLICT (tenant, key) DO UPDATE SET
+                             state = excluded.state, token = excluded.token,
+                             fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
+                             lease_until_ms = excluded.lease_until_ms, outcome = NULL,
+                             completed_at_ms = NULL, expires_at_ms = NULL
+                         WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
+                    ),
+                    params![key.tenant, key.key, token.as_str(), fp, now, lease_until],
+                )?;
+                if inserted {
+                    return Ok(Reservation::Reserved(token));
+                }
+                let stored = read_row(tx, &key)?.ok_or_else(|| {
+                    StoreError::Unavailable("sqlite: a conflicting row vanished".into())
+                })?;
+                Ok(Reservation::Existing(stored.to_record(&key, now)?))
+            })
         })
         .await
+        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
     }
 
     async fn complete(
