@@ -67,19 +67,6 @@ const _: () = {
     static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
         ::toolkey::__private::schema_for::<__Fingerprint<'static>>,
     );
-    #[allow(dead_code, clippy::all)]
-    fn __future_is_send(
-        __p0: State<Billing>,
-        __p1: &ToolContext,
-        __p2: String,
-        __p3: String,
-        __p4: f64,
-        __p5: String,
-    ) {
-        ::toolkey::__private::assert_send_future(
-            send_invoice(__p0, __p1, __p2, __p3, __p4, __p5),
-        );
-    }
     #[automatically_derived]
     impl ::toolkey::__private::Tool for SendInvoice {
         fn definition(&self) -> ::toolkey::__private::ToolDefinition {
@@ -148,13 +135,15 @@ const _: () = {
                             Invoice,
                             ToolError,
                         > as ::toolkey::__private::IntoToolResult>::into_tool_result(
-                            send_invoice(
-                                    __state0,
-                                    &__ctx,
-                                    __a.customer,
-                                    __a.period,
-                                    __a.amount,
-                                    __a.memo,
+                            ::toolkey::__private::send_future(
+                                    send_invoice(
+                                        __state0,
+                                        &__ctx,
+                                        __a.customer,
+                                        __a.period,
+                                        __a.amount,
+                                        __a.memo,
+                                    ),
                                 )
                                 .await,
                         )

@@ -334,8 +334,33 @@ pub trait SendFuture {}
 
 impl<F: std::future::Future + Send> SendFuture for F {}
 
-/// Fails to compile, at the tool's fn, when its future is not `Send`.
-pub fn assert_send_future<F: SendFuture>(_future: F) {}
+/// A `#[tool]` fn's future, checked to be `Send` where the macro spans the call (the tool's fn),
+/// so a future that is not `Send` is reported once, there, and not again at every bound the
+/// generated body passes through.
+pub fn send_future<F: SendFuture>(future: F) -> SentFuture<F> {
+    SentFuture(future)
+}
+
+/// A future [`send_future`] checked to be `Send`.
+pub struct SentFuture<F>(F);
+
+// SAFETY: the field is private and `send_future`, the only constructor, requires `F: Send`
+// (`SendFuture` is implemented for `Send` futures only). Where that bound fails the program does
+// not compile, so no `SentFuture` of a future that is not `Send` ever exists.
+unsafe impl<F> Send for SentFuture<F> {}
+
+impl<F: std::future::Future> std::future::Future for SentFuture<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        // SAFETY: the field is pinned structurally: it is never moved out of, `SentFuture` has
+        // no `Drop`, and it is `Unpin` only when `F` is (the auto impl).
+        unsafe { self.map_unchecked_mut(|sent| &mut sent.0) }.poll(cx)
+    }
+}
 
 #[cfg(test)]
 mod tests {
