@@ -8,7 +8,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::key::log_hash;
 use crate::lease::{unreserve, Landed, Recorder, Renewal, Write};
-use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::texts;
 use crate::tool::{Call, Invocation};
 use crate::toolbox::{Inner, Registered, ToolOutput};
@@ -71,7 +71,7 @@ impl OnceScope {
                     // The reserve may have been applied with its reply lost: free it, so the
                     // step did not run and its key stays usable.
                     unreserve(&self.recorder, &self.store, &rkey, &token, &what).await;
-                    return Err(step_store_error(step, e));
+                    return Err(texts::step_store_error(step, e));
                 }
             };
             let record = match reservation {
@@ -100,7 +100,7 @@ impl OnceScope {
                         .store
                         .take_over(&rkey, &token, self.lease)
                         .await
-                        .map_err(|e| step_store_error(step, e))?
+                        .map_err(|e| texts::step_store_error(step, e))?
                     {
                         Some(token) => break token,
                         // Another caller took it first: read the record again.
@@ -109,21 +109,14 @@ impl OnceScope {
                 }
                 Record::Stale { .. } => return Err(texts::step_unknown(step)),
             };
-            return serde_json::from_value(value).map_err(|e| {
-                ToolError::internal(format!(
-                    "the recorded result of step `{step}` no longer fits its type: {e}"
-                ))
-            });
+            return serde_json::from_value(value)
+                .map_err(|e| texts::step_result_unfit(step, &e.to_string()));
         };
         let recorded = async {
             let value = work.await.map_err(Into::into)?;
             // The step acted: a result that cannot be recorded makes its outcome unknown, never
             // a failure, or a retry would act again.
-            serde_json::to_value(&value).map_err(|e| {
-                ToolError::outcome_unknown(format!(
-                    "step `{step}` acted, but its result cannot be recorded: {e}"
-                ))
-            })
+            serde_json::to_value(&value).map_err(|e| texts::step_unrecordable(step, &e.to_string()))
         };
         let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
         let holder = Holder {
@@ -134,11 +127,7 @@ impl OnceScope {
             what: &what,
         };
         let value = settle(&holder, self.retain, ran, renewal, None).await?;
-        serde_json::from_value(value).map_err(|e| {
-            ToolError::internal(format!(
-                "the recorded result of step `{step}` no longer fits its type: {e}"
-            ))
-        })
+        serde_json::from_value(value).map_err(|e| texts::step_result_unfit(step, &e.to_string()))
     }
 }
 
@@ -153,10 +142,7 @@ pub(crate) async fn run_keyed(
     let settings = &def.settings;
     let call_has_recover = call.recover.is_some();
     let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
-        return Err(ToolError::internal(format!(
-            "`{}` is idempotent but prepared no key",
-            def.name
-        )));
+        return Err(texts::keyed_without_key(&def.name));
     };
     let store = inner.store.clone();
     let rkey = RecordKey::new(ctx.scope(), key.as_str());
@@ -195,7 +181,7 @@ pub(crate) async fn run_keyed(
                 // The reserve may have been applied with its reply lost: free it under the
                 // token this call drew, so "nothing was done" holds and the key stays usable.
                 unreserve(&recorder, &store, &rkey, &token, &what).await;
-                return Err(store_error(e));
+                return Err(texts::store_error(e));
             }
         };
         let record = match reservation {
@@ -208,7 +194,10 @@ pub(crate) async fn run_keyed(
         if record.fingerprint() != &fingerprint {
             inner.stats.conflicts.inc();
             tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
-            return Err(conflict(def, &record));
+            return Err(texts::conflict(
+                def,
+                matches!(record, Record::Completed { .. }),
+            ));
         }
         match record {
             Record::Completed { outcome, .. } => {
@@ -229,7 +218,7 @@ pub(crate) async fn run_keyed(
                 }
                 inner.stats.in_progress.inc();
                 tracing::debug!(tool = %def.name, key = %log_key, "in progress");
-                return Err(in_progress(def, since));
+                return Err(texts::in_progress(def, since));
             }
             Record::Stale {
                 token,
@@ -240,12 +229,12 @@ pub(crate) async fn run_keyed(
                 let Some(recover) = recover_hook.take() else {
                     inner.stats.unknown.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
-                    return Err(outcome_unknown(def, since, reported));
+                    return Err(texts::outcome_unknown(def, since, reported));
                 };
                 let Some(token) = store
                     .take_over(&rkey, &token, settings.lease)
                     .await
-                    .map_err(store_error)?
+                    .map_err(texts::store_error)?
                 else {
                     // Another caller took it over first; ask again what the record says now.
                     recover_hook = Some(recover);
@@ -329,7 +318,7 @@ pub(crate) async fn run_keyed(
     }
     let value = settle(&holder, settings.retain, ran, renewal, Some(&inner))
         .await
-        .map_err(|err| looked_up_on_retry(err, call_has_recover))?;
+        .map_err(|err| texts::looked_up_on_retry(err, call_has_recover))?;
     Ok(ToolOutput {
         value,
         replayed: false,
@@ -445,133 +434,8 @@ fn poll_interval(wait: Option<Duration>) -> Duration {
     (wait / 20).clamp(Duration::from_millis(5), Duration::from_millis(100))
 }
 
-/// With a recover hook, a retry after an unknown outcome looks before it acts: say so.
-fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
-    if has_recover && err.is(ErrorCode::OutcomeUnknown) {
-        ToolError::new(ErrorCode::OutcomeUnknown, err.message().to_string())
-            .with_retryable(true)
-            .with_suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
-    } else {
-        err
-    }
-}
-
-pub(crate) fn store_error(err: StoreError) -> ToolError {
-    match err {
-        StoreError::Config(_) => ToolError::new(
-            ErrorCode::StoreUnavailable,
-            format!("{err}; the tool did not run"),
-        )
-        .with_suggestion("do not retry: the tool's store is misconfigured; tell the user that an operator must fix it"),
-        StoreError::Corrupt { .. } => ToolError::new(
-            ErrorCode::StoreCorrupt,
-            format!("{err}; the tool did not run"),
-        )
-        .with_suggestion("do not repeat the action; a person must look at the stored record"),
-        _ => ToolError::new(
-            ErrorCode::StoreUnavailable,
-            format!("{err}; the tool did not run"),
-        )
-        .with_retryable(true)
-        .with_suggestion("retry shortly: nothing was done"),
-    }
-}
-
-fn status_hint(def: &crate::ToolDefinition) -> String {
-    match def.status_tool() {
-        Some(status) => format!("call `{status}` with the same arguments to follow it"),
-        None => "wait, then call again with the same arguments".to_string(),
-    }
-}
-
-fn ago(since: SystemTime) -> String {
-    match SystemTime::now().duration_since(since) {
-        Ok(d) => format!("{:.1} s ago", d.as_secs_f64()),
-        Err(_) => "just now".to_string(),
-    }
-}
-
-fn in_progress(def: &crate::ToolDefinition, since: SystemTime) -> ToolError {
-    ToolError::new(
-        ErrorCode::InProgress,
-        format!(
-            "`{}` with these arguments is already running (started {})",
-            def.name,
-            ago(since)
-        ),
-    )
-    .with_suggestion(format!("{}; do not start it again", status_hint(def)))
-}
-
-fn conflict(def: &crate::ToolDefinition, record: &Record) -> ToolError {
-    let when = match record {
-        Record::Completed { .. } => "already ran",
-        _ => "is running",
-    };
-    ToolError::new(
-        ErrorCode::Conflict,
-        format!(
-            "a `{}` call for the same key {when} with different arguments; this call would be a second, different action under the same key",
-            def.name
-        ),
-    )
-    .with_suggestion("ask the user before changing or adding to what was done")
-}
-
-fn outcome_unknown(def: &crate::ToolDefinition, since: SystemTime, reported: bool) -> ToolError {
-    let why = if reported {
-        "could not tell whether it acted"
-    } else {
-        "stopped without recording its outcome (a crash or a lost worker)"
-    };
-    let check = match def.status_tool() {
-        Some(status) => format!("call `{status}`, or ask a person to check the outside system"),
-        None => "ask a person to check the outside system".to_string(),
-    };
-    ToolError::new(
-        ErrorCode::OutcomeUnknown,
-        format!(
-            "an earlier `{}` call for this key (started {}) {why}",
-            def.name,
-            ago(since)
-        ),
-    )
-    .with_suggestion(format!("do not repeat the action; {check}"))
-}
-
-/// A panic's answer. Its message is left out: a panic message can hold argument values, and the
-/// panic hook has already printed it where the process logs.
+/// A panic's answer; the panic itself is dropped here, unread (see [`texts::panicked`]).
 pub(crate) fn panicked(what: &str, part: &str, panic: Panic) -> ToolError {
     drop(panic);
-    ToolError::outcome_unknown(format!("the {part} of {what} panicked"))
-}
-
-/// A store error met by a step: earlier steps may have acted, so "nothing was done" would not
-/// be true; the step itself did not run.
-fn step_store_error(step: &str, err: StoreError) -> ToolError {
-    let err = store_error(err);
-    if err.is(ErrorCode::StoreUnavailable) {
-        ToolError::new(
-            ErrorCode::StoreUnavailable,
-            format!("the store could not be reached, so step `{step}` did not run"),
-        )
-        .with_retryable(true)
-        .with_suggestion("retry shortly with the same arguments: finished steps are not done again")
-    } else {
-        err
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_unreachable_store_is_worth_retrying() {
-        let down = store_error(StoreError::Unavailable("connection refused".into()));
-        assert!(down.is(ErrorCode::StoreUnavailable) && down.is_retryable());
-        let wrong = store_error(StoreError::Config("invalid table name".into()));
-        assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
-        assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
-    }
+    texts::panicked(what, part)
 }

@@ -18,7 +18,7 @@ pub use ::serde;
 pub use ::serde_json;
 pub use ::std;
 
-use crate::ErrorCode;
+use crate::texts;
 
 /// A `#[tool]` fn's return type: `Result<T, E>` with a serializable `T` and `E: Into<ToolError>`.
 #[diagnostic::on_unimplemented(
@@ -79,13 +79,7 @@ impl<T: Serialize, E: Into<ToolError>> IntoRecovered for Result<Option<T>, E> {
 /// The body (or the recover hook) returned `Ok`: the effect happened. A result that cannot be
 /// serialized is therefore an unknown outcome, kept as unknown, never a recorded failure.
 fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(value).map_err(|e| {
-        ToolError::new(
-            crate::ErrorCode::OutcomeUnknown,
-            format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
-        )
-        .with_suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
-    })
+    serde_json::to_value(value).map_err(|e| texts::unrecordable_result(&e.to_string()))
 }
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
@@ -119,13 +113,7 @@ pub fn parse_args<A: DeserializeOwned>(
                 Value::String(_) => "a string",
                 _ => "an array",
             };
-            return Err(ToolError::invalid_arguments(
-                format!(
-                    "the arguments for `{tool}` must be a JSON object of named fields, not {kind}"
-                ),
-                "send a JSON object with the fields the tool's schema lists, then call again"
-                    .into(),
-            ));
+            return Err(texts::arguments_not_an_object(tool, kind));
         }
     };
     // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
@@ -150,20 +138,10 @@ pub fn parse_args<A: DeserializeOwned>(
         } else {
             Some(path.clone())
         };
-        let message = match path.as_str() {
-            "." => format!("invalid arguments for `{tool}`: {inner}"),
-            _ => format!("invalid arguments for `{tool}`: `{path}`: {inner}"),
-        };
-        let suggestion = match field {
-            Some(field) => match describe(&schema(), &field) {
-                Some(expected) => format!("send `{field}` as {expected}, then call again"),
-                None => format!("fix `{field}` as the tool's schema describes, then call again"),
-            },
-            None => {
-                "send a JSON object with the fields the tool's schema lists, then call again".into()
-            }
-        };
-        ToolError::invalid_arguments(message, suggestion)
+        let expected = field
+            .as_deref()
+            .and_then(|field| describe(&schema(), field));
+        texts::invalid_arguments(tool, &path, &inner, field.as_deref(), expected.as_deref())
     })
 }
 
@@ -236,8 +214,7 @@ pub fn fingerprint<T: Serialize>(
     value: &T,
     schema: &FingerprintSchema,
 ) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of_call(tool, value, schema)
-        .map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
+    Fingerprint::of_call(tool, value, schema).map_err(|e| texts::unfingerprintable(&e.to_string()))
 }
 
 /// `ctx.run_id` for key templates.
@@ -248,27 +225,18 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
 /// `ctx.step` for key templates: required when the template names it (a default step would
 /// give every call of a run one key).
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    ctx.step().ok_or_else(|| missing("step"))
+    ctx.step().ok_or_else(|| texts::missing_context("step"))
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.
 pub fn ctx_tenant(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.tenant().ok_or_else(|| missing("tenant"))
+    ctx.tenant().ok_or_else(|| texts::missing_context("tenant"))
 }
 
 /// `ctx.event_id` for key templates: required when the template names it.
 pub fn ctx_event_id(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.event_id().ok_or_else(|| missing("event_id"))
-}
-
-fn missing(field: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::MissingContext,
-        format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
-    )
-    .with_suggestion(
-        "this is a defect in the agent runtime, not in the arguments: report it; do not retry",
-    )
+    ctx.event_id()
+        .ok_or_else(|| texts::missing_context("event_id"))
 }
 
 /// The serde name of a unit enum variant, for `#[derive(KeyPart)]`.
@@ -316,9 +284,7 @@ pub fn status_companion(
     input_schema: Value,
     key: crate::tool::KeyFn,
 ) -> StatusCompanion {
-    let description = format!(
-        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
-    );
+    let description = texts::status_description(target);
     let definition = ToolDefinition::new(name, description, input_schema, Story::ReadOnly)
         .with_annotations(Annotations::for_story(Story::ReadOnly));
     StatusCompanion::new(definition, key)
@@ -340,6 +306,7 @@ pub fn assert_send_future<F: SendFuture>(_future: F) {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorCode;
     use serde_json::json;
 
     #[derive(Debug, serde::Deserialize)]

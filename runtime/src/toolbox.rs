@@ -15,11 +15,12 @@ use serde_json::{json, Value};
 use tokio_util::task::TaskTracker;
 
 use crate::context::StateMap;
-use crate::exec::{self, panicked, store_error};
+use crate::exec::{self, panicked};
 use crate::lease::{Recorder, ShutdownReport};
 use crate::store::{MemoryStore, Outcome, Record, RecordKey, Store};
+use crate::texts;
 use crate::tool::{Invocation, KeyFn, Story, Tool, ToolDefinition};
-use crate::{ErrorCode, ToolContext, ToolError};
+use crate::{ToolContext, ToolError};
 
 /// What a successful call returns.
 #[derive(Debug, Clone, PartialEq)]
@@ -405,14 +406,7 @@ impl Toolbox {
                 None => false,
             };
             if !approved {
-                return Err(ToolError::new(
-                    ErrorCode::ApprovalRequired,
-                    format!(
-                        "`{}` has effects and no idempotency key, and this call was not approved",
-                        def.name
-                    ),
-                )
-                .with_suggestion("ask the user to approve this action before calling again"));
+                return Err(texts::not_approved(&def.name));
             }
         }
 
@@ -454,15 +448,11 @@ impl Toolbox {
                 Ok(joined) => joined,
                 Err(_) => {
                     inner.stats.timeouts.inc();
-                    return Err(timed_out(def, limit));
+                    return Err(texts::timed_out(def, limit));
                 }
             },
         };
-        joined.unwrap_or_else(|e| {
-            Err(ToolError::internal(format!(
-                "the task of `{name}` failed: {e}"
-            )))
-        })
+        joined.unwrap_or_else(|e| Err(texts::task_failed(name, &e.to_string())))
     }
 
     /// Waits for every body still running (after its caller timed out or went away), then, up
@@ -488,7 +478,12 @@ impl Toolbox {
     ) -> Result<ToolOutput, ToolError> {
         let key = (status.key)(args, ctx)?;
         let rkey = RecordKey::new(ctx.scope(), key.as_str());
-        let record = self.inner.store.get(&rkey).await.map_err(store_error)?;
+        let record = self
+            .inner
+            .store
+            .get(&rkey)
+            .await
+            .map_err(texts::store_error)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();
         let value = match record {
             None => json!({"status": "not_found"}),
@@ -519,43 +514,11 @@ impl Toolbox {
     }
 
     fn unknown_tool(&self, name: &str) -> ToolError {
-        self.no_such_tool(format!("there is no tool named `{name}`"))
+        self.no_such_tool(texts::unknown_tool(name))
     }
 
     /// UNKNOWN_TOOL with `message`, suggesting the tools that exist.
     pub(crate) fn no_such_tool(&self, message: String) -> ToolError {
-        let names: Vec<&str> = self
-            .inner
-            .definitions
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect();
-        ToolError::new(ErrorCode::UnknownTool, message)
-            .with_suggestion(format!("use one of: {}", names.join(", ")))
-    }
-}
-
-fn timed_out(def: &ToolDefinition, limit: std::time::Duration) -> ToolError {
-    let message = format!(
-        "`{}` did not answer within {}; it may still finish",
-        def.name,
-        humantime::format_duration(limit)
-    );
-    match def.story {
-        Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
-            .with_retryable(false)
-            .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
-        Story::Idempotent => {
-            let status = match def.status_tool() {
-                Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
-                None => String::new(),
-            };
-            ToolError::new(ErrorCode::Timeout, message)
-                .with_retryable(true)
-                .with_suggestion(format!("{status}call again with the same arguments: it will not run twice"))
-        }
-        Story::ReadOnly | Story::Natural => ToolError::new(ErrorCode::Timeout, message)
-            .with_retryable(true)
-            .with_suggestion("call again with the same arguments"),
+        texts::no_such_tool(message, self.inner.definitions.iter().map(|d| d.name()))
     }
 }
