@@ -421,10 +421,11 @@ pub(crate) fn store_error(err: StoreError) -> ToolError {
 }
 
 /// A store error met by a step: earlier steps may have acted, so "nothing was done" would not
-/// be true; the step itself did not run.
+/// be true; the step itself did not run. A misconfigured store keeps its own answer: it shares
+/// the `STORE_UNAVAILABLE` code but is not worth retrying.
 pub(crate) fn step_store_error(step: &str, err: StoreError) -> ToolError {
     let err = store_error(err);
-    if err.is(ErrorCode::StoreUnavailable) {
+    if err.is(ErrorCode::StoreUnavailable) && err.is_retryable() {
         ToolError::new(
             ErrorCode::StoreUnavailable,
             format!("the store could not be reached, so step `{step}` did not run"),
@@ -620,5 +621,9 @@ mod tests {
         let wrong = store_error(StoreError::Config("invalid table name".into()));
         assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
         assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
+        // Nor inside a step: a misconfigured store is not "could not be reached".
+        let step = step_store_error("email", StoreError::Config("invalid table name".into()));
+        assert!(!step.is_retryable(), "{step:?}");
+        assert!(step.suggestion().unwrap().starts_with("do not retry"));
     }
 }
