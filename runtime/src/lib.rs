@@ -12,6 +12,7 @@ mod fingerprint;
 mod key;
 mod lease;
 pub mod providers;
+mod schema;
 pub mod store;
 mod texts;
 mod tool;
