@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::exec::OnceScope;
+use crate::once::OnceScope;
 use crate::{texts, IdempotencyKey, ToolError};
 
 /// Who is calling and where in its run: set by the agent runtime, never by the model.
@@ -143,14 +143,6 @@ impl ToolContext {
         let Some(scope) = &self.once else {
             return Err(texts::step_outside_keyed_tool(step));
         };
-        if step.is_empty()
-            || step.len() > 64
-            || !step
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        {
-            return Err(texts::bad_step_name(step));
-        }
         scope.run_step(self.scope(), step, work).await
     }
 }

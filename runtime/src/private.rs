@@ -6,9 +6,10 @@ use serde_json::Value;
 pub use crate::context::StateMap;
 pub use crate::fingerprint::{canonical_json, FingerprintSchema};
 pub use crate::key::KeyBuilder;
+pub use crate::story::{Annotations, Story};
 pub use crate::tool::{
-    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
-    StatusCompanion, Story, ToolDefinition,
+    Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed, StatusCompanion,
+    ToolDefinition,
 };
 pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
 pub use ::core;

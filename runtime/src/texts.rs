@@ -13,8 +13,17 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::store::StoreError;
-use crate::{ErrorCode, Story, ToolDefinition, ToolError};
+use crate::story::Story;
+use crate::{ErrorCode, ToolError};
+
+/// The names a text about one call uses: the tool's, and its status companion's when it has one
+/// (texts point the model there). A definition gives them with `ToolDefinition::named`, so this
+/// module needs no definition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Named<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) status: Option<&'a str>,
+}
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -183,18 +192,18 @@ pub(crate) fn task_failed(tool: &str, problem: &str) -> ToolError {
 }
 
 /// The caller stopped waiting after `limit`: what a retry would do depends on the story.
-pub(crate) fn timed_out(def: &ToolDefinition, limit: Duration) -> ToolError {
+pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolError {
     let message = format!(
         "`{}` did not answer within {}; it may still finish",
-        def.name(),
+        def.tool,
         humantime::format_duration(limit)
     );
-    match def.story() {
+    match story {
         Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
             .with_retryable(false)
             .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
         Story::Idempotent => {
-            let status = match def.status_tool() {
+            let status = match def.status {
                 Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
                 None => String::new(),
             };
@@ -217,12 +226,12 @@ pub(crate) fn keyed_without_key(tool: &str) -> ToolError {
 }
 
 /// The same key is running in another call.
-pub(crate) fn in_progress(def: &ToolDefinition, since: SystemTime) -> ToolError {
+pub(crate) fn in_progress(def: Named<'_>, since: SystemTime) -> ToolError {
     ToolError::new(
         ErrorCode::InProgress,
         format!(
             "`{}` with these arguments is already running (started {})",
-            def.name(),
+            def.tool,
             ago(since)
         ),
     )
@@ -230,7 +239,7 @@ pub(crate) fn in_progress(def: &ToolDefinition, since: SystemTime) -> ToolError 
 }
 
 /// The same key ran (`finished`) or runs with other arguments.
-pub(crate) fn conflict(def: &ToolDefinition, finished: bool) -> ToolError {
+pub(crate) fn conflict(def: Named<'_>, finished: bool) -> ToolError {
     let when = if finished {
         "already ran"
     } else {
@@ -240,7 +249,7 @@ pub(crate) fn conflict(def: &ToolDefinition, finished: bool) -> ToolError {
         ErrorCode::Conflict,
         format!(
             "a `{}` call for the same key {when} with different arguments; this call would be a second, different action under the same key",
-            def.name()
+            def.tool
         ),
     )
     .with_suggestion("ask the user before changing or adding to what was done")
@@ -248,17 +257,13 @@ pub(crate) fn conflict(def: &ToolDefinition, finished: bool) -> ToolError {
 
 /// An earlier call of this key stopped without recording its outcome (`reported`: it said it
 /// could not tell), and there is no recover hook to look.
-pub(crate) fn outcome_unknown(
-    def: &ToolDefinition,
-    since: SystemTime,
-    reported: bool,
-) -> ToolError {
+pub(crate) fn outcome_unknown(def: Named<'_>, since: SystemTime, reported: bool) -> ToolError {
     let why = if reported {
         "could not tell whether it acted"
     } else {
         "stopped without recording its outcome (a crash or a lost worker)"
     };
-    let check = match def.status_tool() {
+    let check = match def.status {
         Some(status) => format!("call `{status}`, or ask a person to check the outside system"),
         None => "ask a person to check the outside system".to_string(),
     };
@@ -266,7 +271,7 @@ pub(crate) fn outcome_unknown(
         ErrorCode::OutcomeUnknown,
         format!(
             "an earlier `{}` call for this key (started {}) {why}",
-            def.name(),
+            def.tool,
             ago(since)
         ),
     )
@@ -318,8 +323,8 @@ pub(crate) fn lease_lost(what: &str) -> ToolError {
 /// not tell the user the work was done again.
 pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
 
-fn status_hint(def: &ToolDefinition) -> String {
-    match def.status_tool() {
+fn status_hint(def: Named<'_>) -> String {
+    match def.status {
         Some(status) => format!("call `{status}` with the same arguments to follow it"),
         None => "wait, then call again with the same arguments".to_string(),
     }
@@ -398,42 +403,45 @@ pub(crate) fn step_unrecordable(step: &str, problem: &str) -> ToolError {
 // ---------------------------------------------------------------------------------------------
 // Stores
 
-/// A store error before the tool ran: only an unreachable store is worth retrying.
-pub(crate) fn store_error(err: StoreError) -> ToolError {
-    match err {
-        StoreError::Config(_) => ToolError::new(
-            ErrorCode::StoreUnavailable,
-            format!("{err}; the tool did not run"),
-        )
-        .with_suggestion("do not retry: the tool's store is misconfigured; tell the user that an operator must fix it"),
-        StoreError::Corrupt { .. } => ToolError::new(
-            ErrorCode::StoreCorrupt,
-            format!("{err}; the tool did not run"),
-        )
-        .with_suggestion("do not repeat the action; a person must look at the stored record"),
-        _ => ToolError::new(
-            ErrorCode::StoreUnavailable,
-            format!("{err}; the tool did not run"),
-        )
-        .with_retryable(true)
-        .with_suggestion("retry shortly: nothing was done"),
+/// What kind of store failure stopped a call: a `StoreError` says which (its `refusal` builds the
+/// answer), and its text goes in as `problem`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreFailure {
+    /// Not reached, or no answer.
+    Unreachable,
+    /// Configured wrongly.
+    Misconfigured,
+    /// A stored record could not be read.
+    Corrupt,
+}
+
+/// A store failure before the tool ran: only an unreachable store is worth retrying.
+pub(crate) fn store_error(failure: StoreFailure, problem: &str) -> ToolError {
+    let message = format!("{problem}; the tool did not run");
+    match failure {
+        StoreFailure::Misconfigured => ToolError::new(ErrorCode::StoreUnavailable, message)
+            .with_suggestion("do not retry: the tool's store is misconfigured; tell the user that an operator must fix it"),
+        StoreFailure::Corrupt => ToolError::new(ErrorCode::StoreCorrupt, message)
+            .with_suggestion("do not repeat the action; a person must look at the stored record"),
+        StoreFailure::Unreachable => ToolError::new(ErrorCode::StoreUnavailable, message)
+            .with_retryable(true)
+            .with_suggestion("retry shortly: nothing was done"),
     }
 }
 
-/// A store error met by a step: earlier steps may have acted, so "nothing was done" would not
-/// be true; the step itself did not run. A misconfigured store keeps its own answer: it shares
-/// the `STORE_UNAVAILABLE` code but is not worth retrying.
-pub(crate) fn step_store_error(step: &str, err: StoreError) -> ToolError {
-    let err = store_error(err);
-    if err.is(ErrorCode::StoreUnavailable) && err.is_retryable() {
-        ToolError::new(
+/// A store failure met by a step: earlier steps may have acted, so "nothing was done" would not
+/// be true; the step itself did not run. A misconfigured or corrupt store keeps its own answer.
+pub(crate) fn step_store_error(step: &str, failure: StoreFailure, problem: &str) -> ToolError {
+    match failure {
+        StoreFailure::Unreachable => ToolError::new(
             ErrorCode::StoreUnavailable,
             format!("the store could not be reached, so step `{step}` did not run"),
         )
         .with_retryable(true)
-        .with_suggestion("retry shortly with the same arguments: finished steps are not done again")
-    } else {
-        err
+        .with_suggestion(
+            "retry shortly with the same arguments: finished steps are not done again",
+        ),
+        _ => store_error(failure, problem),
     }
 }
 
@@ -450,15 +458,19 @@ pub(crate) fn status_description(target: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Annotations, Settings};
+    use crate::store::StoreError;
 
-    fn definition(story: Story, status: Option<&str>) -> ToolDefinition {
-        let def = ToolDefinition::new("send_invoice", "Sends.", serde_json::json!({}), story)
-            .with_annotations(Annotations::for_story(story))
-            .with_settings(Settings::default());
-        match status {
-            Some(status) => def.with_status_tool(status),
-            None => def,
+    const STORIES: [Story; 4] = [
+        Story::ReadOnly,
+        Story::Idempotent,
+        Story::Natural,
+        Story::Unkeyed,
+    ];
+
+    fn named(status: Option<&str>) -> Named<'_> {
+        Named {
+            tool: "send_invoice",
+            status,
         }
     }
 
@@ -515,34 +527,27 @@ mod tests {
             step_unknown("email"),
             step_result_unfit("email", "invalid type: map, expected a string"),
             step_unrecordable("email", "key must be a string"),
-            store_error(StoreError::Unavailable("connection refused".into())),
-            store_error(StoreError::Config("invalid table name".into())),
-            store_error(StoreError::Corrupt {
+            StoreError::Unavailable("connection refused".into()).refusal(),
+            StoreError::Config("invalid table name".into()).refusal(),
+            StoreError::Corrupt {
                 tenant: "acme".into(),
                 key: "invoice:acme:2026-10".into(),
                 detail: "unknown state".into(),
-            }),
-            step_store_error(
-                "email",
-                StoreError::Unavailable("connection refused".into()),
-            ),
-            step_store_error("email", StoreError::Config("invalid table name".into())),
-        ];
-        for story in [
-            Story::ReadOnly,
-            Story::Idempotent,
-            Story::Natural,
-            Story::Unkeyed,
-        ] {
-            for status in [None, Some("invoice_status")] {
-                let def = definition(story, status);
-                errors.push(timed_out(&def, Duration::from_secs(2)));
-                errors.push(in_progress(&def, since));
-                errors.push(conflict(&def, true));
-                errors.push(conflict(&def, false));
-                errors.push(outcome_unknown(&def, since, true));
-                errors.push(outcome_unknown(&def, since, false));
             }
+            .refusal(),
+            StoreError::Unavailable("connection refused".into()).step_refusal("email"),
+            StoreError::Config("invalid table name".into()).step_refusal("email"),
+        ];
+        for status in [None, Some("invoice_status")] {
+            let def = named(status);
+            for story in STORIES {
+                errors.push(timed_out(def, story, Duration::from_secs(2)));
+            }
+            errors.push(in_progress(def, since));
+            errors.push(conflict(def, true));
+            errors.push(conflict(def, false));
+            errors.push(outcome_unknown(def, since, true));
+            errors.push(outcome_unknown(def, since, false));
         }
         errors
     }
@@ -550,11 +555,12 @@ mod tests {
     #[test]
     fn no_text_carries_a_key_or_an_argument() {
         // A corrupt record's error is the one text given a key: it names it by hash only.
-        let corrupt = store_error(StoreError::Corrupt {
+        let corrupt = StoreError::Corrupt {
             tenant: "acme".into(),
             key: "invoice:acme:2026-10".into(),
             detail: "unknown state".into(),
-        });
+        }
+        .refusal();
         assert!(
             !corrupt.message().contains("invoice:acme:2026-10"),
             "{corrupt:?}"
@@ -598,17 +604,13 @@ mod tests {
 
     #[test]
     fn a_timeout_is_retryable_except_for_an_unkeyed_tool() {
-        for story in [
-            Story::ReadOnly,
-            Story::Idempotent,
-            Story::Natural,
-            Story::Unkeyed,
-        ] {
-            let err = timed_out(&definition(story, None), Duration::from_secs(2));
+        for story in STORIES {
+            let err = timed_out(named(None), story, Duration::from_secs(2));
             assert_eq!(err.is_retryable(), story != Story::Unkeyed, "{story:?}");
         }
         let keyed = timed_out(
-            &definition(Story::Idempotent, Some("invoice_status")),
+            named(Some("invoice_status")),
+            Story::Idempotent,
             Duration::from_secs(2),
         );
         assert!(keyed.suggestion().unwrap().contains("`invoice_status`"));
@@ -616,13 +618,13 @@ mod tests {
 
     #[test]
     fn only_an_unreachable_store_is_worth_retrying() {
-        let down = store_error(StoreError::Unavailable("connection refused".into()));
+        let down = StoreError::Unavailable("connection refused".into()).refusal();
         assert!(down.is(ErrorCode::StoreUnavailable) && down.is_retryable());
-        let wrong = store_error(StoreError::Config("invalid table name".into()));
+        let wrong = StoreError::Config("invalid table name".into()).refusal();
         assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
         assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
         // Nor inside a step: a misconfigured store is not "could not be reached".
-        let step = step_store_error("email", StoreError::Config("invalid table name".into()));
+        let step = StoreError::Config("invalid table name".into()).step_refusal("email");
         assert!(!step.is_retryable(), "{step:?}");
         assert!(step.suggestion().unwrap().starts_with("do not retry"));
     }
