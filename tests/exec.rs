@@ -1,6 +1,6 @@
 //! The executor's behaviour, counted on fake outside systems.
 
-mod common;
+mod billing;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use toolkey::{
     tool, BuildError, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox,
 };
 
-use common::{Billing, SendInvoiceScaled};
+use billing::{Billing, SendInvoiceScaled};
 
 fn ctx() -> ToolContext {
     ToolContext::new("run-1").with_tenant("acme-corp")
@@ -143,7 +143,7 @@ async fn five_hundred_concurrent_identical_calls_execute_once() {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(50)));
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(common::SendInvoice)
+        .tool(billing::SendInvoice)
         .build()
         .unwrap();
     let mut calls = Vec::new();
@@ -430,7 +430,7 @@ async fn tenants_neither_replay_nor_read_each_other() {
     let billing = Arc::new(Billing::default());
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(common::SendInvoice)
+        .tool(billing::SendInvoice)
         .build()
         .unwrap();
     let a = ToolContext::new("run").with_tenant("a");
@@ -465,7 +465,7 @@ async fn a_dropped_caller_neither_cancels_the_body_nor_releases_its_key() {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(common::SendInvoice)
+        .tool(billing::SendInvoice)
         .build()
         .unwrap();
     let args = invoice("acme", "2026-10", 100.0, "October");
@@ -549,7 +549,7 @@ async fn an_unreachable_store_fails_closed() {
     let toolbox = Toolbox::builder()
         .store(Down)
         .shared_state(billing.clone())
-        .tool(common::SendInvoice)
+        .tool(billing::SendInvoice)
         .shutdown_grace(Duration::from_millis(100))
         .build()
         .unwrap();

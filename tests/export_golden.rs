@@ -4,8 +4,8 @@
 //! committing it. And the order of properties: the order the parameters are declared in, in
 //! every export.
 
+mod billing;
 mod catalog;
-mod common;
 
 use std::path::PathBuf;
 

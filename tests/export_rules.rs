@@ -1,8 +1,8 @@
 //! The exports of every catalog tool against each provider's rules, and the canonical schemas
 //! against the JSON Schema 2020-12 meta-schema.
 
+mod billing;
 mod catalog;
-mod common;
 mod openai_rules;
 
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! Keys and fingerprints as `#[tool]` derives them: normalization, escaping, the length rule,
 //! `hash = true`, what the fingerprint covers, and the key a body reads from its context.
 
-mod common;
+mod billing;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,7 +11,7 @@ use toolkey::{
     tool, Fingerprint, IdempotencyKey, State, Tool, ToolContext, ToolError, Toolbox, MAX_KEY_BYTES,
 };
 
-use common::{Billing, SendInvoice};
+use billing::{Billing, SendInvoice};
 
 fn ctx() -> ToolContext {
     ToolContext::new("run-7")

@@ -4,7 +4,7 @@
 //! another client's records.
 #![cfg(feature = "mcp")]
 
-mod common;
+mod billing;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use toolkey::providers::mcp::{ClientRunIds, McpServer};
 use toolkey::Toolbox;
 
-use common::{RefundOrder, Refunds};
+use billing::{RefundOrder, Refunds};
 
 /// Builds the example with the features and profile this test was built with — nothing to do
 /// when `cargo test` built it already — and returns its executable, as cargo reports it (so the

@@ -7,7 +7,7 @@
 #![cfg(all(feature = "postgres", feature = "redis", unix))]
 
 mod child;
-mod support;
+mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -29,7 +29,7 @@ const REDIS: (&str, &str) = ("TOOLKEY_REDIS_URL", "redis://127.0.0.1:6379");
 /// The store named `kind`, or `None` (after saying so) when its server cannot be reached.
 async fn store(kind: &str) -> Option<Arc<dyn Store>> {
     let (var, default) = if kind == "postgres" { POSTGRES } else { REDIS };
-    let url = support::url(var, default);
+    let url = servers::url(var, default);
     let store: Result<Arc<dyn Store>, _> = match kind {
         "postgres" => PostgresStore::connect(&url)
             .await
@@ -41,7 +41,7 @@ async fn store(kind: &str) -> Option<Arc<dyn Store>> {
     match store {
         Ok(store) => Some(store),
         Err(err) => {
-            support::unreachable(kind, var, &url, err);
+            servers::unreachable(kind, var, &url, err);
             None
         }
     }
@@ -288,17 +288,11 @@ async fn a_paused_redis_worker_cannot_complete_after_a_takeover() {
 /// Through a proxy that plays the server going away mid-run and coming back.
 async fn an_outage_fails_closed_and_passes(kind: &str) {
     let (var, default) = if kind == "postgres" { POSTGRES } else { REDIS };
-    let url = support::url(var, default);
+    let url = servers::url(var, default);
     if store(kind).await.is_none() {
         return;
     }
-    let parsed = url::Url::parse(&url).unwrap();
-    let target = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap())
-        .parse()
-        .unwrap();
-    let proxy = support::Proxy::start(target).await;
-    let mut through = parsed.clone();
-    through.set_port(Some(proxy.port())).unwrap();
+    let (proxy, through) = servers::behind_proxy(&url).await;
     let store: Arc<dyn Store> = match kind {
         "postgres" => Arc::new(
             PostgresStore::builder(through.as_str())

@@ -3,8 +3,8 @@
 //! API it came from, and says so in what the model reads. Each scenario ends with an exact
 //! count of effects in the fake systems.
 
+mod billing;
 mod catalog;
-mod common;
 
 use std::future::Future;
 use std::path::Path;
@@ -15,7 +15,7 @@ use toolkey::providers::{anthropic, mcp, openai};
 use toolkey::store::SqliteStore;
 use toolkey::{ToolContext, Toolbox};
 
-use common::{RefundOrder, Refunds};
+use billing::{RefundOrder, Refunds};
 
 fn ctx() -> ToolContext {
     ToolContext::new("run-1")

@@ -10,7 +10,7 @@
 //! one fails these tests.
 #![cfg(any(feature = "postgres", feature = "redis"))]
 
-mod support;
+mod servers;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -196,10 +196,10 @@ async fn count(
 async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
     use toolkey::store::PostgresStore;
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
-    let url = support::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
+    let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
     let direct = match PostgresStore::builder(&url).pool_size(2).connect().await {
         Ok(store) => store,
-        Err(e) => return support::unreachable("PostgreSQL", VAR, &url, e),
+        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
     };
     let config: tokio_postgres::Config = url.parse().unwrap();
     let port = config.get_ports().first().copied().unwrap_or(5432);
@@ -221,10 +221,10 @@ async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
 async fn redis_answers_in_one_round_trip_and_runs_in_two() {
     use toolkey::store::RedisStore;
     const VAR: &str = "TOOLKEY_REDIS_URL";
-    let url = support::url(VAR, "redis://127.0.0.1:6379");
+    let url = servers::url(VAR, "redis://127.0.0.1:6379");
     let direct = match RedisStore::connect(&url).await {
         Ok(store) => store,
-        Err(e) => return support::unreachable("Redis", VAR, &url, e),
+        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
     };
     let info = redis::Client::open(url.as_str()).unwrap();
     let port = match &info.get_connection_info().addr() {

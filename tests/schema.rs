@@ -1,11 +1,11 @@
 //! The schema `#[tool]` derives for the design's `send_invoice`, and its status companion's.
 
-mod common;
+mod billing;
 
 use serde_json::{json, Value};
 use toolkey::{Story, Tool, Toolbox};
 
-use common::{Billing, SendInvoice};
+use billing::{Billing, SendInvoice};
 
 fn properties(schema: &Value) -> Vec<String> {
     let mut names: Vec<String> = schema["properties"]

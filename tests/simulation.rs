@@ -25,7 +25,7 @@
 //!
 //! Run it with `cargo test -p toolkey-tests --release --all-features --test simulation`.
 
-mod support;
+mod servers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -1172,14 +1172,14 @@ async fn sqlite_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 192)]
 async fn postgres_store() {
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
-    let url = support::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
+    let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
     let store = match toolkey::store::PostgresStore::builder(&url)
         .pool_size(64)
         .connect()
         .await
     {
         Ok(store) => store,
-        Err(e) => return support::unreachable("PostgreSQL", VAR, &url, e),
+        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
     };
     let target = Target {
         name: "postgres",
@@ -1193,10 +1193,10 @@ async fn postgres_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 192)]
 async fn redis_store() {
     const VAR: &str = "TOOLKEY_REDIS_URL";
-    let url = support::url(VAR, "redis://127.0.0.1:6379");
+    let url = servers::url(VAR, "redis://127.0.0.1:6379");
     let store = match toolkey::store::RedisStore::connect(&url).await {
         Ok(store) => store,
-        Err(e) => return support::unreachable("Redis", VAR, &url, e),
+        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
     };
     let target = Target {
         name: "redis",

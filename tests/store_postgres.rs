@@ -5,17 +5,14 @@
 //! Under `CI=true` an unreachable server fails these tests; elsewhere they say they were skipped.
 #![cfg(feature = "postgres")]
 
-mod support;
+mod conformance;
+mod servers;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use support::Proxy;
-use toolkey::store::{
-    conformance::Suite, Outcome, PostgresStore, Record, RecordKey, Reservation, Store, StoreError,
-    Token,
-};
+use toolkey::store::{Outcome, PostgresStore, RecordKey, Reservation, Store, StoreError, Token};
 use toolkey::Fingerprint;
 
 const VAR: &str = "TOOLKEY_POSTGRES_URL";
@@ -23,7 +20,7 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
 async fn server() -> Option<String> {
-    let url = support::url(VAR, DEFAULT_URL);
+    let url = servers::url(VAR, DEFAULT_URL);
     let probe = PostgresStore::builder(&url)
         .timeout(Duration::from_secs(3))
         .pool_size(1)
@@ -31,7 +28,7 @@ async fn server() -> Option<String> {
     match probe.await {
         Ok(_) => Some(url),
         Err(e) => {
-            support::unreachable("PostgreSQL", VAR, &url, e);
+            servers::unreachable("PostgreSQL", VAR, &url, e);
             None
         }
     }
@@ -64,14 +61,7 @@ fn key(name: &str) -> RecordKey {
 async fn postgres_store_conforms() {
     let Some(url) = server().await else { return };
     let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
-    let corrupter = store.clone();
-    Suite::new(store)
-        .corrupt_with(move |key| {
-            let store = corrupter.clone();
-            async move { store.__corrupt(&key).await }
-        })
-        .run()
-        .await;
+    conformance::run(store, None).await;
 }
 
 /// A schema and table of the user's choosing are created by the migration, versioned, and used.
@@ -147,67 +137,17 @@ async fn own_schema_and_table_are_migrated_once() {
     );
 }
 
-/// Nothing listening: connecting fails closed. A server that goes away under a running store:
-/// reserve fails closed, promptly; when the server is back, the same store works again.
+/// Nothing listening, or a server gone away under a running store: fails closed, promptly; when
+/// the server is back, the same store works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_is_unavailable() {
     let Some(url) = server().await else { return };
-
-    let nowhere = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await;
-    assert!(
-        matches!(nowhere, Err(StoreError::Unavailable(_))),
-        "{nowhere:?}"
-    );
-
-    let config: tokio_postgres::Config = url.parse().unwrap();
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-    let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port()), 1);
-    assert_ne!(through, url, "the test URL names its port");
-    let store = PostgresStore::builder(&through)
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
-    let k = key("down");
-    assert!(matches!(
-        store
-            .reserve(
-                &k,
-                &fp(),
-                &toolkey::store::Token::generate(),
-                Duration::from_secs(60)
-            )
-            .await,
-        Ok(Reservation::Reserved(_))
-    ));
-
-    proxy.stop().await;
-    let started = Instant::now();
-    let down = store
-        .reserve(
-            &key("while-down"),
-            &fp(),
-            &toolkey::store::Token::generate(),
-            Duration::from_secs(60),
-        )
-        .await;
-    assert!(matches!(down, Err(StoreError::Unavailable(_))), "{down:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "failing closed took {:?}",
-        started.elapsed()
-    );
-
-    proxy.restart().await;
-    let back = store.get(&k).await;
-    assert!(
-        matches!(back, Ok(Some(Record::InProgress { .. }))),
-        "{back:?}"
-    );
+    servers::fails_closed(&url, |url| {
+        PostgresStore::builder(url)
+            .timeout(Duration::from_secs(2))
+            .connect()
+    })
+    .await;
 }
 
 /// Every backend of the store's pool is terminated mid-run, as a server restart would: the calls
@@ -284,5 +224,5 @@ async fn terminated_backends_are_replaced() {
 
     // The next calls may still meet a terminated connection (at most one failure for each),
     // after that every call succeeds on the same store.
-    support::recovers(&store, 8, 4).await;
+    servers::recovers(&store, 8, 4).await;
 }

@@ -8,18 +8,15 @@
 //! take turns (see [`turn`]).
 #![cfg(feature = "redis")]
 
-mod support;
+mod conformance;
+mod servers;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use support::Proxy;
 use tokio::sync::{Mutex, MutexGuard};
-use toolkey::store::{
-    conformance::Suite, Outcome, Record, RecordKey, RedisStore, Reservation, Store, StoreError,
-    Token,
-};
+use toolkey::store::{Outcome, RecordKey, RedisStore, Reservation, Store, StoreError, Token};
 use toolkey::Fingerprint;
 
 const VAR: &str = "TOOLKEY_REDIS_URL";
@@ -33,7 +30,7 @@ async fn turn() -> MutexGuard<'static, ()> {
 
 /// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
 async fn server() -> Option<String> {
-    let url = support::url(VAR, DEFAULT_URL);
+    let url = servers::url(VAR, DEFAULT_URL);
     match RedisStore::builder(&url)
         .timeout(Duration::from_secs(3))
         .connect()
@@ -41,7 +38,7 @@ async fn server() -> Option<String> {
     {
         Ok(_) => Some(url),
         Err(e) => {
-            support::unreachable("Redis", VAR, &url, e);
+            servers::unreachable("Redis", VAR, &url, e);
             None
         }
     }
@@ -74,14 +71,7 @@ async fn redis_store_conforms() {
         Some("noeviction"),
         "the test server should never evict"
     );
-    let corrupter = store.clone();
-    Suite::new(store)
-        .corrupt_with(move |key| {
-            let store = corrupter.clone();
-            async move { store.__corrupt(&key).await }
-        })
-        .run()
-        .await;
+    conformance::run(store, None).await;
 }
 
 /// Keys are laid out as documented, with tenants and keys escaped so that none can spell
@@ -180,84 +170,18 @@ async fn keys_escape_and_expire() {
     assert!(matches!(bad, Err(StoreError::Config(_))), "{bad:?}");
 }
 
-/// Nothing listening: connecting fails closed. A server that goes away under a running store:
-/// reserve fails closed, promptly; when the server is back, the same store works again.
+/// Nothing listening, or a server gone away under a running store: fails closed, promptly; when
+/// the server is back, the same store works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_is_unavailable() {
     let _turn = turn().await;
     let Some(url) = server().await else { return };
-
-    let nowhere = RedisStore::builder("redis://127.0.0.1:1")
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await;
-    assert!(
-        matches!(nowhere, Err(StoreError::Unavailable(_))),
-        "{nowhere:?}"
-    );
-
-    let info = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection_info()
-        .clone();
-    let port = match info.addr() {
-        redis::ConnectionAddr::Tcp(_, port) => *port,
-        other => panic!("the test server should be reached over TCP, not {other:?}"),
-    };
-    let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port()), 1);
-    assert_ne!(through, url, "the test URL names its port");
-    let store = RedisStore::builder(&through)
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
-    let k = key("down");
-    assert!(matches!(
-        store
-            .reserve(
-                &k,
-                &fp(),
-                &toolkey::store::Token::generate(),
-                Duration::from_secs(60)
-            )
-            .await,
-        Ok(Reservation::Reserved(_))
-    ));
-
-    proxy.stop().await;
-    for i in 0..3 {
-        let started = Instant::now();
-        let down = store
-            .reserve(
-                &key("while-down"),
-                &fp(),
-                &toolkey::store::Token::generate(),
-                Duration::from_secs(60),
-            )
-            .await;
-        assert!(
-            matches!(down, Err(StoreError::Unavailable(_))),
-            "call {i}: {down:?}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "failing closed took {:?}",
-            started.elapsed()
-        );
-    }
-
-    proxy.restart().await;
-    let started = Instant::now();
-    loop {
-        match store.get(&k).await {
-            Ok(Some(Record::InProgress { .. })) => break,
-            Err(StoreError::Unavailable(_)) if started.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            other => panic!("after the server came back: {other:?}"),
-        }
-    }
+    servers::fails_closed(&url, |url| {
+        RedisStore::builder(url)
+            .timeout(Duration::from_secs(2))
+            .connect()
+    })
+    .await;
 }
 
 /// Every client is disconnected mid-run (`CLIENT KILL TYPE normal`), as a server restart would:
@@ -309,5 +233,5 @@ async fn killed_connections_are_replaced() {
     }
 
     // The next call may still meet the dead connection; after that every call succeeds.
-    support::recovers(&store, 3, 1).await;
+    servers::recovers(&store, 3, 1).await;
 }

@@ -1,59 +1,44 @@
 //! The store conformance suite against SQLite, and two OS processes reserving keys in one file.
+//!
+//! The test binary runs itself as the child process: `child_process_entry` does the child's part
+//! when its environment names a database, and nothing otherwise.
 #![cfg(feature = "sqlite")]
 
+mod child;
+mod conformance;
+
 use std::collections::HashMap;
+use std::fmt::Write;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use toolkey::store::{
-    conformance::Suite, ManualClock, Record, RecordKey, Reservation, SqliteStore, Store,
-};
+use toolkey::store::{ManualClock, Record, RecordKey, Reservation, SqliteStore, Store};
 use toolkey::Fingerprint;
 
 /// Set in the environment of the child processes: the database file to hammer.
 const CHILD_DB: &str = "TOOLKEY_SQLITE_HAMMER_DB";
 /// The file whose appearance starts the children, so they race from the same moment.
 const CHILD_GO: &str = "TOOLKEY_SQLITE_HAMMER_GO";
+/// The file a child writes its answers to, one line a key: `reserved <key> <token>` or
+/// `existing <key>`.
+const CHILD_ANSWERS: &str = "TOOLKEY_SQLITE_HAMMER_ANSWERS";
 const KEYS: usize = 200;
-const MARK: &str = "toolkey-hammer";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new());
     let store = SqliteStore::open(dir.path().join("conformance.db")).unwrap();
-    let store = Arc::new(store.with_clock(clock.clone()));
-    let corrupter = store.clone();
-    Suite::new(store)
-        .manual_clock(clock)
-        .corrupt_with(move |key| {
-            corrupter.__corrupt(&key);
-            async {}
-        })
-        .run()
-        .await;
+    conformance::run(Arc::new(store.with_clock(clock.clone())), Some(clock)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_store_conforms() {
     let clock = Arc::new(ManualClock::new());
-    let store = Arc::new(
-        SqliteStore::open_in_memory()
-            .unwrap()
-            .with_clock(clock.clone()),
-    );
-    let corrupter = store.clone();
-    Suite::new(store)
-        .manual_clock(clock)
-        .corrupt_with(move |key| {
-            corrupter.__corrupt(&key);
-            async {}
-        })
-        .run()
-        .await;
+    let store = SqliteStore::open_in_memory().unwrap();
+    conformance::run(Arc::new(store.with_clock(clock.clone())), Some(clock)).await;
 }
 
 /// Two processes reserve the same keys at the same time: each key is reserved exactly once, and
@@ -65,37 +50,28 @@ async fn two_processes_reserve_each_key_once() {
     let go = dir.path().join("go");
     let store = SqliteStore::open(&db).unwrap();
 
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            tokio::process::Command::new(&exe)
-                .args(["--exact", "hammer_child", "--nocapture", "--test-threads=1"])
-                .env(CHILD_DB, &db)
-                .env(CHILD_GO, &go)
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap()
+    let answers: Vec<_> = (0..2)
+        .map(|i| dir.path().join(format!("answers-{i}")))
+        .collect();
+    let mut children: Vec<_> = answers
+        .iter()
+        .map(|answers| {
+            child::spawn_self(&[
+                (CHILD_DB, db.as_os_str()),
+                (CHILD_GO, go.as_os_str()),
+                (CHILD_ANSWERS, answers.as_os_str()),
+            ])
         })
         .collect();
     std::fs::write(&go, b"go").unwrap();
 
     let mut reserved: HashMap<String, Vec<String>> = HashMap::new();
     let mut answered: HashMap<String, usize> = HashMap::new();
-    for child in children {
-        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-            .await
-            .expect("child finished in time")
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "child failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        for line in String::from_utf8(out.stdout).unwrap().lines() {
-            // The harness may print "test hammer_child ... " on the same line as the first answer.
-            let Some(at) = line.find(MARK) else { continue };
-            let mut words = line[at + MARK.len()..].split_whitespace();
+    for (child, answers) in children.iter_mut().zip(&answers) {
+        let status = child::finish(child, Duration::from_secs(60), "a reserving child");
+        assert!(status.success(), "child failed: {status}");
+        for line in std::fs::read_to_string(answers).unwrap().lines() {
+            let mut words = line.split_whitespace();
             let (what, key) = (words.next().unwrap(), words.next().unwrap().to_string());
             *answered.entry(key.clone()).or_default() += 1;
             if what == "reserved" {
@@ -131,13 +107,18 @@ async fn two_processes_reserve_each_key_once() {
 
 /// The child side of [`two_processes_reserve_each_key_once`]; does nothing in a normal run.
 #[tokio::test(flavor = "current_thread")]
-async fn hammer_child() {
-    let (Ok(db), Ok(go)) = (std::env::var(CHILD_DB), std::env::var(CHILD_GO)) else {
+async fn child_process_entry() {
+    let (Ok(db), Ok(go), Ok(answers)) = (
+        std::env::var(CHILD_DB),
+        std::env::var(CHILD_GO),
+        std::env::var(CHILD_ANSWERS),
+    ) else {
         return;
     };
-    wait_for(Path::new(&go));
+    child::wait_for(Path::new(&go), "no start signal");
     let store = SqliteStore::open(&db).unwrap();
     let fp = Fingerprint::of(&json!({"n": 1})).unwrap();
+    let mut out = String::new();
     for i in 0..KEYS {
         let key = format!("k{i}");
         match store
@@ -149,21 +130,14 @@ async fn hammer_child() {
             )
             .await
         {
-            Ok(Reservation::Reserved(token)) => println!("{MARK} reserved {key} {token}"),
+            Ok(Reservation::Reserved(token)) => writeln!(out, "reserved {key} {token}").unwrap(),
             Ok(Reservation::Existing(Record::InProgress { .. })) => {
-                println!("{MARK} existing {key}")
+                writeln!(out, "existing {key}").unwrap()
             }
             other => panic!("unexpected answer for {key}: {other:?}"),
         }
     }
-}
-
-fn wait_for(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no start signal");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    std::fs::write(answers, out).unwrap();
 }
 
 /// Workers started together on a new file all open it: switching the file to WAL and creating

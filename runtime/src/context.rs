@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::exec::OnceScope;
-use crate::{ErrorCode, IdempotencyKey, ToolError};
+use crate::once::OnceScope;
+use crate::{texts, IdempotencyKey, ToolError};
 
 /// Who is calling and where in its run: set by the agent runtime, never by the model.
 ///
@@ -141,24 +141,8 @@ impl ToolContext {
         E: Into<ToolError>,
     {
         let Some(scope) = &self.once else {
-            return Err(ToolError::new(
-                ErrorCode::Internal,
-                format!("ctx.once(\"{step}\") needs a keyed tool: only an `idempotent` tool's steps have a key"),
-            ));
+            return Err(texts::step_outside_keyed_tool(step));
         };
-        if step.is_empty()
-            || step.len() > 64
-            || !step
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        {
-            return Err(ToolError::new(
-                ErrorCode::Internal,
-                format!(
-                    "step name {step:?} must be 1 to 64 ASCII letters, digits, `-`, `_` or `.`"
-                ),
-            ));
-        }
         scope.run_step(self.scope(), step, work).await
     }
 }
@@ -227,11 +211,6 @@ impl StateMap {
             .get(&TypeId::of::<T>())
             .and_then(|v| v.clone().downcast::<T>().ok())
             .map(State)
-            .ok_or_else(|| {
-                ToolError::internal(format!(
-                    "no state of type `{}` in the toolbox: add it with Toolbox::builder().state(..)",
-                    std::any::type_name::<T>()
-                ))
-            })
+            .ok_or_else(|| texts::no_state(std::any::type_name::<T>()))
     }
 }

@@ -143,9 +143,8 @@ impl ToolError {
     /// lost). The key is kept as *unknown*: the next call asks the tool's `recover` hook, and
     /// without one answers `OUTCOME_UNKNOWN`.
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
-        ToolError::new(ErrorCode::OutcomeUnknown, message).with_suggestion(
-            "do not repeat the action; check its status, or ask a person to look in the outside system",
-        )
+        ToolError::new(ErrorCode::OutcomeUnknown, message)
+            .with_suggestion(crate::texts::OUTCOME_UNKNOWN_SUGGESTION)
     }
 
     /// The error code, for example `"CONFLICT"`.

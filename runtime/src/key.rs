@@ -25,7 +25,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
-use crate::{ErrorCode, ToolError};
+use crate::{texts, ToolError};
 
 /// Keys longer than this many bytes keep their namespace and are completed by a SHA-256.
 pub const MAX_KEY_BYTES: usize = 255;
@@ -324,7 +324,7 @@ impl KeyBuilder {
     /// The key; a part that held a control character is refused here, before any store sees it.
     pub fn finish(mut self) -> Result<IdempotencyKey, ToolError> {
         if let Some((field, from_ctx)) = self.invalid {
-            return Err(control_character(field, from_ctx));
+            return Err(texts::control_character(field, from_ctx));
         }
         if self.hash || self.buf.len() > MAX_KEY_BYTES {
             let digest = Sha256::digest(&self.buf.as_bytes()[self.prefix_len..]);
@@ -339,25 +339,10 @@ impl KeyBuilder {
     }
 }
 
-fn control_character(field: &str, from_ctx: bool) -> ToolError {
-    if from_ctx {
-        ToolError::new(
-            ErrorCode::MissingContext,
-            format!("the caller's `ctx.{field}` holds a control character, which cannot be part of an idempotency key"),
-        )
-        .with_suggestion("this is a defect in the agent runtime, not in the arguments: report it; do not retry")
-    } else {
-        ToolError::new(
-            ErrorCode::InvalidArguments,
-            format!("`{field}` holds a control character (such as NUL or a line break inside the text), which cannot be part of an idempotency key"),
-        )
-        .with_suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorCode;
 
     fn build(fold: bool, customer: &str, period: &str) -> Result<IdempotencyKey, ToolError> {
         let mut b = KeyBuilder::new("invoice:", ":");

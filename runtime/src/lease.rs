@@ -1,5 +1,7 @@
-//! Holding a reservation: its lease renewed from a task of its own, and the writes that end it
-//! (complete, release, mark unknown) retried until the store takes them.
+//! Holding a reservation: the work run under it ([`drive`]) with its lease renewed from a task of
+//! its own, and the writes that end it ([`settle`]: complete, release, mark unknown) retried
+//! until the store takes them. A keyed call and each of its `ctx.once` steps hold a reservation
+//! the same way, so both use what is here.
 //!
 //! Two promises rest here. A body that blocks its thread must not lose its lease: the renewal
 //! runs in its own task, so it goes on while the body's task is stuck (on a multi-thread
@@ -9,15 +11,21 @@
 //! for that (with a bound) and reports what it could not write.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::key::log_hash;
+use crate::stats::Counters;
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError, Token};
+use crate::{texts, ErrorCode, ToolError};
 
 /// How soon a failed renewal or write is tried again, at first and at most.
 const FIRST_RETRY: Duration = Duration::from_millis(10);
@@ -287,4 +295,118 @@ pub(crate) async fn unreserve(
     recorder
         .write(store, rkey, token, Write::Release, None, what)
         .await;
+}
+
+/// What a caught panic carries; never read (see [`panicked`]).
+pub(crate) type Panic = Box<dyn std::any::Any + Send>;
+
+/// The reservation a call or step holds, and where its ending writes go.
+pub(crate) struct Holder<'a> {
+    pub(crate) store: &'a Arc<dyn Store>,
+    pub(crate) recorder: &'a Arc<Recorder>,
+    pub(crate) rkey: &'a RecordKey,
+    pub(crate) token: &'a Token,
+    /// What holds it, for logs and texts: the tool or the tool's step, never a key.
+    pub(crate) what: &'a str,
+}
+
+impl Holder<'_> {
+    /// Writes `write`, retrying it in the background (under `renewal`) until the store takes it.
+    pub(crate) async fn write(&self, write: Write, renewal: Option<Renewal>) -> (Landed, Write) {
+        self.recorder
+            .write(self.store, self.rkey, self.token, write, renewal, self.what)
+            .await
+    }
+}
+
+/// Runs `work` while its lease is renewed from a task of its own (so a body that blocks its
+/// thread cannot stop the renewal), catching a panic. The renewal goes on until it is dropped;
+/// `handover`, an earlier renewal of the same reservation, ends once this one runs.
+pub(crate) async fn drive<T, F>(
+    store: &Arc<dyn Store>,
+    rkey: &RecordKey,
+    token: &Token,
+    lease: Duration,
+    handover: Option<Renewal>,
+    work: F,
+) -> (Result<T, Panic>, Renewal)
+where
+    F: Future<Output = T> + Send,
+{
+    let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
+    // A task spawned from a worker thread waits in that worker's own slot, which no other worker
+    // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
+    // worker handles) before a body that blocks this thread can keep it there.
+    tokio::task::yield_now().await;
+    drop(handover);
+    let done = AssertUnwindSafe(work).catch_unwind().await;
+    if renewal.lost() {
+        tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");
+    }
+    (done, renewal)
+}
+
+/// Records what the body ended in, as the state machine says, and hands it back; a call's ending
+/// is counted in `counters` (a step's is not: its parent's is).
+pub(crate) async fn settle(
+    holder: &Holder<'_>,
+    retain: Duration,
+    ran: Result<Result<Value, ToolError>, Panic>,
+    renewal: Renewal,
+    counters: Option<&Counters>,
+) -> Result<Value, ToolError> {
+    match ran {
+        Ok(Ok(value)) => record_outcome(holder, Outcome::Ok(value), retain, renewal).await,
+        Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
+            if let Some(counters) = counters {
+                counters.unknown.inc();
+            }
+            holder.write(Write::MarkUnknown, Some(renewal)).await;
+            Err(err)
+        }
+        Ok(Err(err)) if err.is_retryable() => {
+            if let Some(counters) = counters {
+                counters.released.inc();
+            }
+            holder.write(Write::Release, Some(renewal)).await;
+            Err(err)
+        }
+        Ok(Err(err)) => record_outcome(holder, Outcome::Err(err), retain, renewal).await,
+        Err(panic) => {
+            holder.write(Write::MarkUnknown, Some(renewal)).await;
+            Err(panicked(holder.what, "body", panic))
+        }
+    }
+}
+
+/// Records `outcome` and hands it back as the caller's answer. A write the store did not take
+/// goes on in the background until it lands; a reservation taken over meanwhile (its lease
+/// lapsed) is said so in the answer: another call may have acted too.
+pub(crate) async fn record_outcome(
+    holder: &Holder<'_>,
+    outcome: Outcome,
+    retain: Duration,
+    renewal: Renewal,
+) -> Result<Value, ToolError> {
+    // The outcome goes into the write and comes back as the answer: no copy on the call path.
+    let (landed, write) = holder
+        .write(Write::Complete(outcome, retain), Some(renewal))
+        .await;
+    if landed == Landed::TakenOver {
+        return Err(texts::lease_lost(holder.what));
+    }
+    match write {
+        Write::Complete(Outcome::Ok(value), _) => Ok(value),
+        Write::Complete(Outcome::Err(err), _) => Err(err),
+        Write::Release | Write::MarkUnknown => {
+            unreachable!("the write handed back is the one given")
+        }
+    }
+}
+
+/// A panic's answer. The panic itself is dropped here, unread: its message can hold argument
+/// values, and the panic hook has already printed it where the process logs.
+pub(crate) fn panicked(what: &str, part: &str, panic: Panic) -> ToolError {
+    drop(panic);
+    texts::panicked(what, part)
 }

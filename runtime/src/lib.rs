@@ -4,6 +4,20 @@
 //!
 //! Users depend on the `toolkey` crate, which re-exports this one.
 
+// The modules in layers, each using only those listed before it (doc links aside), so a
+// maintainer can read the runtime from the bottom up:
+//
+// - vocabulary: `story`; `error` and `texts` (every text a model reads; the two use each other,
+//   `ToolError::outcome_unknown` taking its default suggestion from `texts`); `key`,
+//   `fingerprint`, `stats`; `store` (the trait, the record judgement, the stores)
+// - holding a reservation: `lease` (renewal, the ending writes, `drive` and `settle`), then
+//   `once` (`ctx.once` steps, held the same way)
+// - what a call carries: `context` (`ToolContext`, state), `tool` (the `Tool` trait, definitions,
+//   prepared calls), and beside them `export` and `schema` (a definition's schemas)
+// - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context
+// - `toolbox`: registers tools and dispatches calls by name to the executor
+// - `providers`: provider tool calls in and results out, through a toolbox
+// - `__private`: what the `#[tool]` expansion calls
 mod context;
 mod error;
 mod exec;
@@ -11,8 +25,12 @@ mod export;
 mod fingerprint;
 mod key;
 mod lease;
+mod once;
 pub mod providers;
+mod schema;
+mod stats;
 pub mod store;
+mod story;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod texts;
@@ -26,10 +44,11 @@ pub mod __private;
 // What users write. The plumbing generated code needs is in `__private`.
 pub use context::{State, ToolContext};
 pub use error::{ErrorCode, ToolError};
+pub use exec::{ApprovalRequest, Approver, ToolOutput};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
 pub use lease::{ShutdownReport, Unrecorded};
-pub use tool::{Annotations, Settings, Story, Tool, ToolDefinition};
-pub use toolbox::{
-    ApprovalRequest, Approver, BuildError, Stats, ToolOutput, Toolbox, ToolboxBuilder,
-};
+pub use stats::Stats;
+pub use story::{Annotations, Story};
+pub use tool::{Settings, Tool, ToolDefinition};
+pub use toolbox::{BuildError, Toolbox, ToolboxBuilder};

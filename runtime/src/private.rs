@@ -1,15 +1,15 @@
 //! What generated code calls. Not public API: names and signatures change without notice.
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::context::StateMap;
 pub use crate::fingerprint::{canonical_json, FingerprintSchema};
 pub use crate::key::KeyBuilder;
+pub use crate::story::{Annotations, Story};
 pub use crate::tool::{
-    Annotations, Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed,
-    StatusCompanion, Story, ToolDefinition,
+    Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed, StatusCompanion,
+    ToolDefinition,
 };
 pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
 pub use ::core;
@@ -18,7 +18,8 @@ pub use ::serde;
 pub use ::serde_json;
 pub use ::std;
 
-use crate::ErrorCode;
+pub use crate::schema::{parse_args, schema_for};
+use crate::texts;
 
 /// A `#[tool]` fn's return type: `Result<T, E>` with a serializable `T` and `E: Into<ToolError>`.
 #[diagnostic::on_unimplemented(
@@ -79,155 +80,7 @@ impl<T: Serialize, E: Into<ToolError>> IntoRecovered for Result<Option<T>, E> {
 /// The body (or the recover hook) returned `Ok`: the effect happened. A result that cannot be
 /// serialized is therefore an unknown outcome, kept as unknown, never a recorded failure.
 fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(value).map_err(|e| {
-        ToolError::new(
-            crate::ErrorCode::OutcomeUnknown,
-            format!("the tool acted, but its result cannot be recorded ({e}), so it is kept as unknown"),
-        )
-        .with_suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
-    })
-}
-
-/// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
-/// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)
-/// and with every plain object closed, as the arguments struct itself is.
-pub fn schema_for<T: schemars::JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
-    let mut schema = generator.into_root_schema_for::<T>().to_value();
-    if let Value::Object(root) = &mut schema {
-        root.shift_remove("title");
-    }
-    crate::export::close_objects(&mut schema);
-    schema
-}
-
-/// Parses a call's arguments; on failure, names the field and what it expects.
-pub fn parse_args<A: DeserializeOwned>(
-    tool: &str,
-    args: Value,
-    schema: impl FnOnce() -> Value,
-) -> Result<A, ToolError> {
-    let args = match args {
-        Value::Null => Value::Object(Default::default()),
-        Value::Object(_) => args,
-        // serde's derived structs also take their fields as an array, in order: the schema
-        // promises an object of named fields, and positional arguments are not what it says.
-        other => {
-            let kind = match other {
-                Value::Bool(_) => "a boolean",
-                Value::Number(_) => "a number",
-                Value::String(_) => "a string",
-                _ => "an array",
-            };
-            return Err(ToolError::invalid_arguments(
-                format!(
-                    "the arguments for `{tool}` must be a JSON object of named fields, not {kind}"
-                ),
-                "send a JSON object with the fields the tool's schema lists, then call again"
-                    .into(),
-            ));
-        }
-    };
-    // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
-    // are read again with their integral floats as integers (kept aside only when there are any).
-    let respelled = has_integral_float(&args).then(|| {
-        let mut copy = args.clone();
-        integral_floats_as_integers(&mut copy);
-        copy
-    });
-    let first = serde_path_to_error::deserialize::<_, A>(args);
-    let first = match (first, respelled) {
-        (Err(err), Some(respelled)) => {
-            serde_path_to_error::deserialize::<_, A>(respelled).map_err(|_| err)
-        }
-        (first, _) => first,
-    };
-    first.map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner().to_string();
-        let field = if path == "." {
-            field_in(&inner)
-        } else {
-            Some(path.clone())
-        };
-        let message = match path.as_str() {
-            "." => format!("invalid arguments for `{tool}`: {inner}"),
-            _ => format!("invalid arguments for `{tool}`: `{path}`: {inner}"),
-        };
-        let suggestion = match field {
-            Some(field) => match describe(&schema(), &field) {
-                Some(expected) => format!("send `{field}` as {expected}, then call again"),
-                None => format!("fix `{field}` as the tool's schema describes, then call again"),
-            },
-            None => {
-                "send a JSON object with the fields the tool's schema lists, then call again".into()
-            }
-        };
-        ToolError::invalid_arguments(message, suggestion)
-    })
-}
-
-/// True when `value` holds a float with no fractional part that an integer type could hold.
-fn has_integral_float(value: &Value) -> bool {
-    match value {
-        Value::Number(n) => as_integer(n).is_some(),
-        Value::Array(items) => items.iter().any(has_integral_float),
-        Value::Object(map) => map.values().any(has_integral_float),
-        _ => false,
-    }
-}
-
-/// Rewrites every integral float of `value` as the integer it equals.
-fn integral_floats_as_integers(value: &mut Value) {
-    match value {
-        Value::Number(n) => {
-            if let Some(integer) = as_integer(n) {
-                *value = integer;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
-        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
-        _ => {}
-    }
-}
-
-/// The integer a float such as `5.0` equals, when it is exactly one in i64 or u64 range.
-fn as_integer(n: &serde_json::Number) -> Option<Value> {
-    let f = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0)?;
-    // 2^63 and 2^64 are exact as floats; the ranges are half-open so the casts are exact.
-    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
-        Some(Value::from(f as i64))
-    } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
-        Some(Value::from(f as u64))
-    } else {
-        None
-    }
-}
-
-/// The field a serde message names, as in "missing field `amount`".
-fn field_in(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_string())
-}
-
-/// What the schema says a top-level field expects: its type and description.
-fn describe(schema: &Value, field: &str) -> Option<String> {
-    let top = field.split(['.', '[']).next()?;
-    let property = schema.get("properties")?.get(top)?;
-    let ty = match property.get("type") {
-        Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(" or "),
-        _ => "the schema's type".into(),
-    };
-    Some(match property.get("description").and_then(Value::as_str) {
-        Some(description) => format!("{ty} ({description})"),
-        None => ty,
-    })
+    serde_json::to_value(value).map_err(|e| texts::unrecordable_result(&e.to_string()))
 }
 
 /// The fingerprint of one call of `tool`, from the arguments that define the action.
@@ -236,8 +89,7 @@ pub fn fingerprint<T: Serialize>(
     value: &T,
     schema: &FingerprintSchema,
 ) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of_call(tool, value, schema)
-        .map_err(|e| ToolError::internal(format!("cannot fingerprint the arguments: {e}")))
+    Fingerprint::of_call(tool, value, schema).map_err(|e| texts::unfingerprintable(&e.to_string()))
 }
 
 /// `ctx.run_id` for key templates.
@@ -248,27 +100,18 @@ pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
 /// `ctx.step` for key templates: required when the template names it (a default step would
 /// give every call of a run one key).
 pub fn ctx_step(ctx: &ToolContext) -> Result<u64, ToolError> {
-    ctx.step().ok_or_else(|| missing("step"))
+    ctx.step().ok_or_else(|| texts::missing_context("step"))
 }
 
 /// `ctx.tenant` for key templates: required when the template names it.
 pub fn ctx_tenant(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.tenant().ok_or_else(|| missing("tenant"))
+    ctx.tenant().ok_or_else(|| texts::missing_context("tenant"))
 }
 
 /// `ctx.event_id` for key templates: required when the template names it.
 pub fn ctx_event_id(ctx: &ToolContext) -> Result<&str, ToolError> {
-    ctx.event_id().ok_or_else(|| missing("event_id"))
-}
-
-fn missing(field: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::MissingContext,
-        format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
-    )
-    .with_suggestion(
-        "this is a defect in the agent runtime, not in the arguments: report it; do not retry",
-    )
+    ctx.event_id()
+        .ok_or_else(|| texts::missing_context("event_id"))
 }
 
 /// The serde name of a unit enum variant, for `#[derive(KeyPart)]`.
@@ -316,9 +159,7 @@ pub fn status_companion(
     input_schema: Value,
     key: crate::tool::KeyFn,
 ) -> StatusCompanion {
-    let description = format!(
-        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
-    );
+    let description = texts::status_description(target);
     let definition = ToolDefinition::new(name, description, input_schema, Story::ReadOnly)
         .with_annotations(Annotations::for_story(Story::ReadOnly));
     StatusCompanion::new(definition, key)
@@ -359,51 +200,5 @@ impl<F: std::future::Future> std::future::Future for SentFuture<F> {
         // SAFETY: the field is pinned structurally: it is never moved out of, `SentFuture` has
         // no `Drop`, and it is `Unpin` only when `F` is (the auto impl).
         unsafe { self.map_unchecked_mut(|sent| &mut sent.0) }.poll(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[derive(Debug, serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Args {
-        #[allow(dead_code)]
-        customer: String,
-        cents: u64,
-    }
-
-    fn parse(args: Value) -> Result<Args, ToolError> {
-        parse_args::<Args>("charge", args, || json!({}))
-    }
-
-    #[test]
-    fn arguments_are_an_object_of_named_fields() {
-        assert!(parse(json!({"customer": "acme", "cents": 5})).is_ok());
-        // Found by fuzzing: serde takes a struct's fields as an array too, so `["acme", 5]` ran
-        // the tool, though the schema says object.
-        for args in [json!(["acme", 5]), json!("acme"), json!(5), json!(true)] {
-            let err = parse(args.clone()).unwrap_err();
-            assert!(err.is(ErrorCode::InvalidArguments), "{args}: {err:?}");
-            assert!(err.message().contains("must be a JSON object"), "{err:?}");
-            assert!(err.suggestion().is_some());
-        }
-        let err = parse(Value::Null).unwrap_err();
-        assert!(err.message().contains("missing field"), "{err:?}");
-    }
-
-    #[test]
-    fn an_integral_float_is_an_integer() {
-        // Found by fuzzing: JSON Schema's `integer` takes `5.0`, and the call refused it.
-        let args = parse(json!({"customer": "acme", "cents": 5.0})).unwrap();
-        assert_eq!(args.cents, 5);
-        let args = parse(json!({"customer": "acme", "cents": 18446744073709549568.0})).unwrap();
-        assert_eq!(args.cents, 18446744073709549568);
-        for cents in [json!(5.5), json!(-1.0), json!(1e20), json!("5")] {
-            let err = parse(json!({"customer": "acme", "cents": cents})).unwrap_err();
-            assert!(err.message().contains("`cents`"), "{cents}: {err:?}");
-        }
     }
 }

@@ -1,8 +1,362 @@
-//! The texts a model reads: error messages, suggestions and notes. They are part of the API:
-//! each says what happened and what to do next in words a model can follow literally, and none
-//! carries a key's or an argument's values.
+//! Every text a model reads: error messages, suggestions, notes and the status companions'
+//! descriptions.
+//!
+//! They are part of the API: a model follows them literally, so each says what happened and what
+//! to do next. They live here, in one room, so they can be read (and reviewed) side by side, and
+//! so one test can hold them all to the rules:
+//!
+//! - a text names tools, steps, fields and settings, never a key's values or an argument: keys
+//!   and arguments carry personal data, and a terminal error is recorded and replayed; so every
+//!   function here takes names, durations and times, never a value;
+//! - a message starts in lower case and has no trailing period, as Rust's own messages do;
+//! - a suggestion says what to do next, and whether to retry.
 
+use std::time::{Duration, SystemTime};
+
+use crate::story::Story;
 use crate::{ErrorCode, ToolError};
+
+/// The names a text about one call uses: the tool's, and its status companion's when it has one
+/// (texts point the model there). A definition gives them with `ToolDefinition::named`, so this
+/// module needs no definition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Named<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) status: Option<&'a str>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
+/// What a suggestion says when the arguments are not an object of named fields.
+const SEND_AN_OBJECT: &str =
+    "send a JSON object with the fields the tool's schema lists, then call again";
+
+/// The arguments are a JSON value of another kind than an object (`kind`: "an array", ...).
+pub(crate) fn arguments_not_an_object(tool: &str, kind: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        format!("the arguments for `{tool}` must be a JSON object of named fields, not {kind}"),
+        SEND_AN_OBJECT.into(),
+    )
+}
+
+/// The arguments do not fit the tool's schema. `path` is the field serde names (`.` for the
+/// whole object), `problem` serde's words; the suggestion names the field and, when the schema
+/// says, what it expects (`expected`).
+pub(crate) fn invalid_arguments(
+    tool: &str,
+    path: &str,
+    problem: &str,
+    field: Option<&str>,
+    expected: Option<&str>,
+) -> ToolError {
+    let message = match path {
+        "." => format!("invalid arguments for `{tool}`: {problem}"),
+        _ => format!("invalid arguments for `{tool}`: `{path}`: {problem}"),
+    };
+    let suggestion = match (field, expected) {
+        (Some(field), Some(expected)) => format!("send `{field}` as {expected}, then call again"),
+        (Some(field), None) => {
+            format!("fix `{field}` as the tool's schema describes, then call again")
+        }
+        (None, _) => SEND_AN_OBJECT.into(),
+    };
+    ToolError::invalid_arguments(message, suggestion)
+}
+
+/// A provider's arguments string is not JSON (`problem`: the parser's words).
+pub(crate) fn arguments_not_json(tool: &str, problem: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        format!("the arguments for `{tool}` are not valid JSON: {problem}"),
+        SEND_ONE_OBJECT.into(),
+    )
+}
+
+/// A provider's arguments are a JSON value of another kind than an object.
+pub(crate) fn provider_arguments_not_an_object(tool: &str, kind: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        format!("the arguments for `{tool}` must be a JSON object, not {kind}"),
+        SEND_ONE_OBJECT.into(),
+    )
+}
+
+const SEND_ONE_OBJECT: &str =
+    "send the arguments as one JSON object with the fields the tool's schema lists, then call again";
+
+/// A message item of the wrong type (a `text` block where a `tool_use` was expected).
+pub(crate) fn wrong_item_type(expected: &str, found: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::InvalidArguments,
+        format!("expected a `{expected}` item, got `{found}`"),
+    )
+    .with_suggestion(format!("send tool calls as `{expected}` items"))
+}
+
+/// The arguments cannot be fingerprinted (`problem`: why).
+pub(crate) fn unfingerprintable(problem: &str) -> ToolError {
+    ToolError::internal(format!("cannot fingerprint the arguments: {problem}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys and the caller's context
+
+/// A key field holds a control character: named by its field, never shown.
+pub(crate) fn control_character(field: &str, from_ctx: bool) -> ToolError {
+    if from_ctx {
+        ToolError::new(
+            ErrorCode::MissingContext,
+            format!("the caller's `ctx.{field}` holds a control character, which cannot be part of an idempotency key"),
+        )
+        .with_suggestion(RUNTIME_DEFECT)
+    } else {
+        ToolError::new(
+            ErrorCode::InvalidArguments,
+            format!("`{field}` holds a control character (such as NUL or a line break inside the text), which cannot be part of an idempotency key"),
+        )
+        .with_suggestion(format!("send `{field}` without control characters; the same value will be refused again"))
+    }
+}
+
+const RUNTIME_DEFECT: &str =
+    "this is a defect in the agent runtime, not in the arguments: report it; do not retry";
+
+/// The key uses `ctx.{field}`, and the caller's context has none.
+pub(crate) fn missing_context(field: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("this tool's key uses `ctx.{field}`, and the caller's ToolContext has none"),
+    )
+    .with_suggestion(RUNTIME_DEFECT)
+}
+
+/// An MCP request's `_meta.{key}` is not what it must be (`expected`).
+pub(crate) fn bad_meta(key: &str, expected: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("the request's `_meta.{key}` must be {expected}"),
+    )
+    .with_suggestion(
+        "this is a defect in the MCP client, not in the arguments: report it; do not retry",
+    )
+}
+
+/// An MCP request names a run id or event id (`_meta.{key}`) the server does not accept.
+pub(crate) fn client_run_id_refused(code: &'static str, key: &str) -> ToolError {
+    ToolError::new(
+        code,
+        format!("this server does not accept client run ids: the request names `_meta.{key}`"),
+    )
+    .with_suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
+}
+
+/// A body asked for state of a type the toolbox was not given.
+pub(crate) fn no_state(type_name: &str) -> ToolError {
+    ToolError::internal(format!(
+        "no state of type `{type_name}` in the toolbox: add it with Toolbox::builder().state(..)"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The toolbox
+
+/// UNKNOWN_TOOL with `message`, suggesting the tools that exist.
+pub(crate) fn no_such_tool<'a>(
+    message: String,
+    names: impl IntoIterator<Item = &'a str>,
+) -> ToolError {
+    let names: Vec<&str> = names.into_iter().collect();
+    ToolError::new(ErrorCode::UnknownTool, message)
+        .with_suggestion(format!("use one of: {}", names.join(", ")))
+}
+
+/// The message of UNKNOWN_TOOL for a call naming `name`.
+pub(crate) fn unknown_tool(name: &str) -> String {
+    format!("there is no tool named `{name}`")
+}
+
+/// The message of UNKNOWN_TOOL for a provider's call that names no tool.
+pub(crate) const NO_TOOL_NAMED: &str = "the tool call names no tool";
+
+/// An `unkeyed` tool's call was not approved.
+pub(crate) fn not_approved(tool: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::ApprovalRequired,
+        format!("`{tool}` has effects and no idempotency key, and this call was not approved"),
+    )
+    .with_suggestion("ask the user to approve this action before calling again")
+}
+
+/// The task running a call ended without an answer (`problem`: the runtime's words).
+pub(crate) fn task_failed(tool: &str, problem: &str) -> ToolError {
+    ToolError::internal(format!("the task of `{tool}` failed: {problem}"))
+}
+
+/// The caller stopped waiting after `limit`: what a retry would do depends on the story.
+pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolError {
+    let message = format!(
+        "`{}` did not answer within {}; it may still finish",
+        def.tool,
+        humantime::format_duration(limit)
+    );
+    match story {
+        Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
+            .with_retryable(false)
+            .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
+        Story::Idempotent => {
+            let status = match def.status {
+                Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
+                None => String::new(),
+            };
+            ToolError::new(ErrorCode::Timeout, message)
+                .with_retryable(true)
+                .with_suggestion(format!("{status}call again with the same arguments: it will not run twice"))
+        }
+        Story::ReadOnly | Story::Natural => ToolError::new(ErrorCode::Timeout, message)
+            .with_retryable(true)
+            .with_suggestion("call again with the same arguments"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The keyed path
+
+/// A keyed tool's `prepare` gave no key: a defect of the tool's implementation.
+pub(crate) fn keyed_without_key(tool: &str) -> ToolError {
+    ToolError::internal(format!("`{tool}` is idempotent but prepared no key"))
+}
+
+/// The same key is running in another call.
+pub(crate) fn in_progress(def: Named<'_>, since: SystemTime) -> ToolError {
+    ToolError::new(
+        ErrorCode::InProgress,
+        format!(
+            "`{}` with these arguments is already running (started {})",
+            def.tool,
+            ago(since)
+        ),
+    )
+    .with_suggestion(format!("{}; do not start it again", status_hint(def)))
+}
+
+/// The same key ran (`finished`) or runs with other arguments.
+pub(crate) fn conflict(def: Named<'_>, finished: bool) -> ToolError {
+    let when = if finished {
+        "already ran"
+    } else {
+        "is running"
+    };
+    ToolError::new(
+        ErrorCode::Conflict,
+        format!(
+            "a `{}` call for the same key {when} with different arguments; this call would be a second, different action under the same key",
+            def.tool
+        ),
+    )
+    .with_suggestion("ask the user before changing or adding to what was done")
+}
+
+/// An earlier call of this key stopped without recording its outcome (`reported`: it said it
+/// could not tell), and there is no recover hook to look.
+pub(crate) fn outcome_unknown(def: Named<'_>, since: SystemTime, reported: bool) -> ToolError {
+    let why = if reported {
+        "could not tell whether it acted"
+    } else {
+        "stopped without recording its outcome (a crash or a lost worker)"
+    };
+    let check = match def.status {
+        Some(status) => format!("call `{status}`, or ask a person to check the outside system"),
+        None => "ask a person to check the outside system".to_string(),
+    };
+    ToolError::new(
+        ErrorCode::OutcomeUnknown,
+        format!(
+            "an earlier `{}` call for this key (started {}) {why}",
+            def.tool,
+            ago(since)
+        ),
+    )
+    .with_suggestion(format!("do not repeat the action; {check}"))
+}
+
+/// The suggestion of [`ToolError::outcome_unknown`].
+pub(crate) const OUTCOME_UNKNOWN_SUGGESTION: &str =
+    "do not repeat the action; check its status, or ask a person to look in the outside system";
+
+/// With a recover hook, a retry after an unknown outcome looks before it acts: say so.
+pub(crate) fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
+    if has_recover && err.is(ErrorCode::OutcomeUnknown) {
+        ToolError::new(ErrorCode::OutcomeUnknown, err.message().to_string())
+            .with_retryable(true)
+            .with_suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
+    } else {
+        err
+    }
+}
+
+/// The body (or the recover hook) returned `Ok`, and its result cannot be serialized: the
+/// effect happened, so the outcome is unknown, never a failure.
+pub(crate) fn unrecordable_result(problem: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::OutcomeUnknown,
+        format!("the tool acted, but its result cannot be recorded ({problem}), so it is kept as unknown"),
+    )
+    .with_suggestion("do not repeat the action: it was done; ask a person to look up its result in the outside system")
+}
+
+/// A panic's answer (`part`: "body" or "recover hook" of `what`). The panic's message is left
+/// out: it can hold argument values, and the panic hook has already printed it where the
+/// process logs.
+pub(crate) fn panicked(what: &str, part: &str) -> ToolError {
+    ToolError::outcome_unknown(format!("the {part} of {what} panicked"))
+}
+
+/// The work finished, but its lease had lapsed and another call took the key over.
+pub(crate) fn lease_lost(what: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::LeaseLost,
+        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),
+    )
+    .with_suggestion("do not repeat the action; ask a person to check the outside system for a duplicate")
+}
+
+/// What a replay's text says to the model beside the earlier call's result, so the model does
+/// not tell the user the work was done again.
+pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
+
+fn status_hint(def: Named<'_>) -> String {
+    match def.status {
+        Some(status) => format!("call `{status}` with the same arguments to follow it"),
+        None => "wait, then call again with the same arguments".to_string(),
+    }
+}
+
+fn ago(since: SystemTime) -> String {
+    match SystemTime::now().duration_since(since) {
+        Ok(d) => format!("{:.1} s ago", d.as_secs_f64()),
+        Err(_) => "just now".to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps (`ctx.once`)
+
+/// `ctx.once` outside a keyed tool's body.
+pub(crate) fn step_outside_keyed_tool(step: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        format!(
+            "ctx.once(\"{step}\") needs a keyed tool: only an `idempotent` tool's steps have a key"
+        ),
+    )
+}
+
+/// A step name outside the grammar.
+pub(crate) fn bad_step_name(step: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        format!("step name {step:?} must be 1 to 64 ASCII letters, digits, `-`, `_` or `.`"),
+    )
+}
 
 /// A step of this key already ran, or runs, for a call with other arguments.
 pub(crate) fn step_conflict(step: &str) -> ToolError {
@@ -31,24 +385,247 @@ pub(crate) fn step_unknown(step: &str) -> ToolError {
     ))
 }
 
-/// The work finished, but its lease had lapsed and another call took the key over.
-pub(crate) fn lease_lost(what: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::LeaseLost,
-        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),
-    )
-    .with_suggestion("do not repeat the action; ask a person to check the outside system for a duplicate")
+/// A step's recorded result no longer deserializes into the type the step returns.
+pub(crate) fn step_result_unfit(step: &str, problem: &str) -> ToolError {
+    ToolError::internal(format!(
+        "the recorded result of step `{step}` no longer fits its type: {problem}"
+    ))
 }
 
-/// What a replay's text says to the model beside the earlier call's result, so the model does
-/// not tell the user the work was done again.
-pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
+/// A step acted, and its result cannot be serialized: unknown, never a failure, or a retry
+/// would act again.
+pub(crate) fn step_unrecordable(step: &str, problem: &str) -> ToolError {
+    ToolError::outcome_unknown(format!(
+        "step `{step}` acted, but its result cannot be recorded: {problem}"
+    ))
+}
 
-/// An MCP request names a run id or event id (`_meta.{key}`) the server does not accept.
-pub(crate) fn client_run_id_refused(code: &'static str, key: &str) -> ToolError {
-    ToolError::new(
-        code,
-        format!("this server does not accept client run ids: the request names `_meta.{key}`"),
+// ---------------------------------------------------------------------------------------------
+// Stores
+
+/// What kind of store failure stopped a call: a `StoreError` says which (its `refusal` builds the
+/// answer), and its text goes in as `problem`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreFailure {
+    /// Not reached, or no answer.
+    Unreachable,
+    /// Configured wrongly.
+    Misconfigured,
+    /// A stored record could not be read.
+    Corrupt,
+}
+
+/// A store failure before the tool ran: only an unreachable store is worth retrying.
+pub(crate) fn store_error(failure: StoreFailure, problem: &str) -> ToolError {
+    let message = format!("{problem}; the tool did not run");
+    match failure {
+        StoreFailure::Misconfigured => ToolError::new(ErrorCode::StoreUnavailable, message)
+            .with_suggestion("do not retry: the tool's store is misconfigured; tell the user that an operator must fix it"),
+        StoreFailure::Corrupt => ToolError::new(ErrorCode::StoreCorrupt, message)
+            .with_suggestion("do not repeat the action; a person must look at the stored record"),
+        StoreFailure::Unreachable => ToolError::new(ErrorCode::StoreUnavailable, message)
+            .with_retryable(true)
+            .with_suggestion("retry shortly: nothing was done"),
+    }
+}
+
+/// A store failure met by a step: earlier steps may have acted, so "nothing was done" would not
+/// be true; the step itself did not run. A misconfigured or corrupt store keeps its own answer.
+pub(crate) fn step_store_error(step: &str, failure: StoreFailure, problem: &str) -> ToolError {
+    match failure {
+        StoreFailure::Unreachable => ToolError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the store could not be reached, so step `{step}` did not run"),
+        )
+        .with_retryable(true)
+        .with_suggestion(
+            "retry shortly with the same arguments: finished steps are not done again",
+        ),
+        _ => store_error(failure, problem),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status companions
+
+/// The description of `target`'s status companion, written here once, not in every expansion.
+pub(crate) fn status_description(target: &str) -> String {
+    format!(
+        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
     )
-    .with_suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    const STORIES: [Story; 4] = [
+        Story::ReadOnly,
+        Story::Idempotent,
+        Story::Natural,
+        Story::Unkeyed,
+    ];
+
+    fn named(status: Option<&str>) -> Named<'_> {
+        Named {
+            tool: "send_invoice",
+            status,
+        }
+    }
+
+    /// Every error text this module writes, from the names a call has (tool, step, field,
+    /// type, setting) and the words of the libraries below (serde, the store's driver).
+    fn every_error() -> Vec<ToolError> {
+        let since = SystemTime::now() - Duration::from_secs(3);
+        let mut errors = vec![
+            arguments_not_an_object("send_invoice", "an array"),
+            invalid_arguments(
+                "send_invoice",
+                ".",
+                "missing field `amount`",
+                Some("amount"),
+                Some("number (Amount in EUR.)"),
+            ),
+            invalid_arguments(
+                "send_invoice",
+                "amount",
+                "invalid type",
+                Some("amount"),
+                None,
+            ),
+            invalid_arguments("send_invoice", ".", "expected a map", None, None),
+            arguments_not_json("send_invoice", "expected value at line 1 column 1"),
+            provider_arguments_not_an_object("send_invoice", "a string"),
+            wrong_item_type("tool_use", "text"),
+            unfingerprintable("a number that is not finite"),
+            control_character("customer", false),
+            control_character("tenant", true),
+            missing_context("step"),
+            bad_meta("toolkey/step", "a non-negative integer"),
+            client_run_id_refused("RUN_ID_NOT_ACCEPTED", "toolkey/run_id"),
+            no_state("app::Billing"),
+            no_such_tool(
+                unknown_tool("send_invoic"),
+                ["send_invoice", "invoice_status"],
+            ),
+            no_such_tool(NO_TOOL_NAMED.into(), ["send_invoice"]),
+            not_approved("wire_money"),
+            task_failed("send_invoice", "task 7 was cancelled"),
+            keyed_without_key("send_invoice"),
+            looked_up_on_retry(
+                ToolError::outcome_unknown("the payment provider timed out"),
+                true,
+            ),
+            unrecordable_result("key must be a string"),
+            panicked("`send_invoice`", "body"),
+            lease_lost("`send_invoice`"),
+            step_outside_keyed_tool("email"),
+            bad_step_name("e mail"),
+            step_conflict("email"),
+            step_in_progress("email"),
+            step_unknown("email"),
+            step_result_unfit("email", "invalid type: map, expected a string"),
+            step_unrecordable("email", "key must be a string"),
+            StoreError::Unavailable("connection refused".into()).refusal(),
+            StoreError::Config("invalid table name".into()).refusal(),
+            StoreError::Corrupt {
+                tenant: "acme".into(),
+                key: "invoice:acme:2026-10".into(),
+                detail: "unknown state".into(),
+            }
+            .refusal(),
+            StoreError::Unavailable("connection refused".into()).step_refusal("email"),
+            StoreError::Config("invalid table name".into()).step_refusal("email"),
+        ];
+        for status in [None, Some("invoice_status")] {
+            let def = named(status);
+            for story in STORIES {
+                errors.push(timed_out(def, story, Duration::from_secs(2)));
+            }
+            errors.push(in_progress(def, since));
+            errors.push(conflict(def, true));
+            errors.push(conflict(def, false));
+            errors.push(outcome_unknown(def, since, true));
+            errors.push(outcome_unknown(def, since, false));
+        }
+        errors
+    }
+
+    #[test]
+    fn no_text_carries_a_key_or_an_argument() {
+        // A corrupt record's error is the one text given a key: it names it by hash only.
+        let corrupt = StoreError::Corrupt {
+            tenant: "acme".into(),
+            key: "invoice:acme:2026-10".into(),
+            detail: "unknown state".into(),
+        }
+        .refusal();
+        assert!(
+            !corrupt.message().contains("invoice:acme:2026-10"),
+            "{corrupt:?}"
+        );
+        assert!(corrupt.message().contains("key hash"), "{corrupt:?}");
+        // Every other text is written from names alone: the only arguments of these functions
+        // are names, durations, times and library words. A key's value or an argument could only
+        // get in through a format string that reads one, and none does.
+        for err in every_error() {
+            let json = err.to_json().to_string();
+            for value in ["invoice:acme:2026-10", "2026-10"] {
+                assert!(!json.contains(value), "{value} in {json}");
+            }
+        }
+    }
+
+    #[test]
+    fn messages_and_suggestions_read_as_the_model_expects() {
+        for err in every_error() {
+            let message = err.message();
+            assert!(!message.is_empty(), "{err:?}");
+            let first = message.chars().next().unwrap();
+            assert!(
+                !first.is_uppercase(),
+                "a message starts in lower case: {message}"
+            );
+            assert!(!message.ends_with('.'), "no trailing period: {message}");
+            if let Some(suggestion) = err.suggestion() {
+                assert!(
+                    !suggestion.is_empty() && !suggestion.ends_with('.'),
+                    "{err:?}"
+                );
+            }
+            // A code toolkey answers with is one of its own.
+            assert!(
+                err.error_code().is_some() || err.code() == "RUN_ID_NOT_ACCEPTED",
+                "{err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_retryable_except_for_an_unkeyed_tool() {
+        for story in STORIES {
+            let err = timed_out(named(None), story, Duration::from_secs(2));
+            assert_eq!(err.is_retryable(), story != Story::Unkeyed, "{story:?}");
+        }
+        let keyed = timed_out(
+            named(Some("invoice_status")),
+            Story::Idempotent,
+            Duration::from_secs(2),
+        );
+        assert!(keyed.suggestion().unwrap().contains("`invoice_status`"));
+    }
+
+    #[test]
+    fn only_an_unreachable_store_is_worth_retrying() {
+        let down = StoreError::Unavailable("connection refused".into()).refusal();
+        assert!(down.is(ErrorCode::StoreUnavailable) && down.is_retryable());
+        let wrong = StoreError::Config("invalid table name".into()).refusal();
+        assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
+        assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
+        // Nor inside a step: a misconfigured store is not "could not be reached".
+        let step = StoreError::Config("invalid table name".into()).step_refusal("email");
+        assert!(!step.is_retryable(), "{step:?}");
+        assert!(step.suggestion().unwrap().starts_with("do not retry"));
+    }
 }

@@ -1,113 +1,25 @@
-//! The toolbox: a registry of tools, dispatch by name, and the entry point of every call.
+//! The toolbox: a registry of tools and their status companions, checked against each other and
+//! the state when it is built, and dispatch by name. Running a call is the
+//! [executor](crate::exec)'s: the toolbox looks the call up and hands it there.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long `shutdown` waits for outcomes the store did not take at once, unless set.
-const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-use async_trait::async_trait;
-use futures_util::FutureExt;
-use serde_json::{json, Value};
-use tokio_util::task::TaskTracker;
+use serde_json::Value;
 
 use crate::context::StateMap;
-use crate::exec::{self, panicked, store_error};
-use crate::lease::{Recorder, ShutdownReport};
-use crate::store::{MemoryStore, Outcome, Record, RecordKey, Store};
-use crate::tool::{Invocation, KeyFn, Story, Tool, ToolDefinition};
-use crate::{ErrorCode, ToolContext, ToolError};
+use crate::exec::{Approver, Executor, ToolOutput};
+use crate::lease::ShutdownReport;
+use crate::stats::Stats;
+use crate::store::{MemoryStore, Store};
+use crate::story::Story;
+use crate::texts;
+use crate::tool::{KeyFn, Tool, ToolDefinition};
+use crate::{ToolContext, ToolError};
 
-/// What a successful call returns.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct ToolOutput {
-    /// The tool's result as JSON.
-    pub value: Value,
-    /// True when this is the recorded result of an earlier call, not a new execution.
-    pub replayed: bool,
-}
-
-/// Counts of what the toolbox did, since it was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Bodies started.
-    pub executed: u64,
-    /// Calls answered with a recorded outcome.
-    pub replayed: u64,
-    /// Calls refused because the same key was running.
-    pub in_progress: u64,
-    /// Calls refused because the same key was used with other arguments.
-    pub conflicts: u64,
-    /// Calls whose caller stopped waiting.
-    pub timeouts: u64,
-    /// Reservations released after a retryable error.
-    pub released: u64,
-    /// Stale reservations taken over and handed to a recover hook.
-    pub recovered: u64,
-    /// Calls that ended in an unknown outcome.
-    pub unknown: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    pub(crate) fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) executed: Counter,
-    pub(crate) replayed: Counter,
-    pub(crate) in_progress: Counter,
-    pub(crate) conflicts: Counter,
-    pub(crate) timeouts: Counter,
-    pub(crate) released: Counter,
-    pub(crate) recovered: Counter,
-    pub(crate) unknown: Counter,
-}
-
-/// Decides whether an `unkeyed` tool may run. Every toolbox holding an `unkeyed` tool needs one.
-///
-/// A closure `Fn(&ApprovalRequest) -> bool` is an approver; implement the trait for one that
-/// asks a person.
-#[async_trait]
-pub trait Approver: Send + Sync + 'static {
-    /// True to let the call run.
-    async fn approve(&self, request: &ApprovalRequest<'_>) -> bool;
-}
-
-#[async_trait]
-impl<F> Approver for F
-where
-    F: Fn(&ApprovalRequest<'_>) -> bool + Send + Sync + 'static,
-{
-    async fn approve(&self, request: &ApprovalRequest<'_>) -> bool {
-        self(request)
-    }
-}
-
-/// One call of an `unkeyed` tool, waiting for approval.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ApprovalRequest<'a> {
-    /// The tool's name.
-    pub tool: &'a str,
-    /// The arguments, as the model sent them (already valid).
-    pub arguments: &'a Value,
-    /// The caller's context.
-    pub context: &'a ToolContext,
-}
+/// How long `shutdown` waits for outcomes the store did not take at once, unless set.
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Why a toolbox could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -135,32 +47,29 @@ pub enum BuildError {
     NoApprover(Vec<String>),
 }
 
-pub(crate) struct Registered {
-    pub(crate) tool: Box<dyn Tool>,
-    pub(crate) definition: ToolDefinition,
+/// A tool as the toolbox holds it: the definition with this toolbox's overrides applied.
+struct Registered {
+    tool: Box<dyn Tool>,
+    definition: Arc<ToolDefinition>,
 }
 
-pub(crate) struct StatusEntry {
+/// A status companion: its definition, the tool it reports on, and how it derives that tool's key.
+struct StatusEntry {
     definition: ToolDefinition,
     target: String,
     key: KeyFn,
 }
 
 enum Entry {
-    Tool(Arc<Registered>),
-    Status(Arc<StatusEntry>),
+    Tool(Registered),
+    // Boxed: a definition is large, and most entries are tools.
+    Status(Box<StatusEntry>),
 }
 
-pub(crate) struct Inner {
+struct Inner {
     entries: HashMap<String, Entry>,
     definitions: Vec<ToolDefinition>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) state: Arc<StateMap>,
-    approver: Option<Arc<dyn Approver>>,
-    pub(crate) stats: Counters,
-    tracker: TaskTracker,
-    pub(crate) recorder: Arc<Recorder>,
-    shutdown_grace: Duration,
+    exec: Arc<Executor>,
 }
 
 /// A set of tools, the store that enforces their keys, and the state they share.
@@ -282,19 +191,15 @@ impl ToolboxBuilder {
                 };
                 add(
                     companion.definition.name.clone(),
-                    Entry::Status(Arc::new(status)),
+                    Entry::Status(Box::new(status)),
                     companion.definition,
                 )?;
             }
             let registered = Registered {
                 tool,
-                definition: definition.clone(),
+                definition: Arc::new(definition.clone()),
             };
-            add(
-                definition.name.clone(),
-                Entry::Tool(Arc::new(registered)),
-                definition,
-            )?;
+            add(definition.name.clone(), Entry::Tool(registered), definition)?;
         }
         if let Some(name) = timeouts.into_keys().next() {
             return Err(BuildError::UnknownTool(name));
@@ -306,13 +211,12 @@ impl ToolboxBuilder {
             inner: Arc::new(Inner {
                 entries,
                 definitions,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
-                state: Arc::new(self.state),
-                approver: self.approver,
-                stats: Counters::default(),
-                tracker: TaskTracker::new(),
-                recorder: Arc::default(),
-                shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+                exec: Arc::new(Executor::new(
+                    self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                    Arc::new(self.state),
+                    self.approver,
+                    self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+                )),
             }),
         })
     }
@@ -339,29 +243,19 @@ impl Toolbox {
     /// The definition of one tool.
     pub fn definition(&self, name: &str) -> Option<&ToolDefinition> {
         match self.inner.entries.get(name)? {
-            Entry::Tool(registered) => Some(&registered.definition),
+            Entry::Tool(registered) => Some(&*registered.definition),
             Entry::Status(status) => Some(&status.definition),
         }
     }
 
     /// The store the toolbox uses.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
+        self.inner.exec.store()
     }
 
     /// Counts of what the toolbox did.
     pub fn stats(&self) -> Stats {
-        let c = &self.inner.stats;
-        Stats {
-            executed: c.executed.get(),
-            replayed: c.replayed.get(),
-            in_progress: c.in_progress.get(),
-            conflicts: c.conflicts.get(),
-            timeouts: c.timeouts.get(),
-            released: c.released.get(),
-            recovered: c.recovered.get(),
-            unknown: c.unknown.get(),
-        }
+        self.inner.exec.stats()
     }
 
     /// Calls a tool by name with the model's arguments.
@@ -385,84 +279,21 @@ impl Toolbox {
         args: Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
-        let inner = &self.inner;
-        let registered = match inner.entries.get(name) {
-            Some(Entry::Tool(registered)) => registered.clone(),
-            Some(Entry::Status(status)) => return self.status(status, args, ctx).await,
-            None => return Err(self.unknown_tool(name)),
-        };
-        let def = &registered.definition;
-        let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
-        let call = registered.tool.prepare(args, ctx)?;
-        if let Some(arguments) = approval_args {
-            let request = ApprovalRequest {
-                tool: &def.name,
-                arguments: &arguments,
-                context: ctx,
-            };
-            let approved = match &inner.approver {
-                Some(approver) => approver.approve(&request).await,
-                None => false,
-            };
-            if !approved {
-                return Err(ToolError::new(
-                    ErrorCode::ApprovalRequired,
-                    format!(
-                        "`{}` has effects and no idempotency key, and this call was not approved",
-                        def.name
-                    ),
-                )
-                .with_suggestion("ask the user to approve this action before calling again"));
+        match self.inner.entries.get(name) {
+            Some(Entry::Tool(registered)) => {
+                let Registered { tool, definition } = registered;
+                self.inner.exec.call(&**tool, definition, args, ctx).await
             }
+            Some(Entry::Status(status)) => {
+                let key = (status.key)(args, ctx)?;
+                let name = status.definition.name();
+                self.inner
+                    .exec
+                    .status(name, &status.target, &key, ctx)
+                    .await
+            }
+            None => Err(self.unknown_tool(name)),
         }
-
-        let timeout = def.settings.timeout;
-        let story = def.story;
-        let task = {
-            let inner = self.inner.clone();
-            let registered = registered.clone();
-            let ctx = ctx.clone();
-            self.inner.tracker.spawn(async move {
-                if story == Story::Idempotent {
-                    exec::run_keyed(inner, registered, call, ctx).await
-                } else {
-                    inner.stats.executed.inc();
-                    let invocation = Invocation {
-                        ctx,
-                        state: inner.state.clone(),
-                    };
-                    match AssertUnwindSafe((call.body)(invocation))
-                        .catch_unwind()
-                        .await
-                    {
-                        Ok(result) => result.map(|value| ToolOutput {
-                            value,
-                            replayed: false,
-                        }),
-                        Err(panic) => Err(panicked(
-                            &format!("`{}`", registered.definition.name),
-                            "body",
-                            panic,
-                        )),
-                    }
-                }
-            })
-        };
-        let joined = match timeout {
-            None => task.await,
-            Some(limit) => match tokio::time::timeout(limit, task).await {
-                Ok(joined) => joined,
-                Err(_) => {
-                    inner.stats.timeouts.inc();
-                    return Err(timed_out(def, limit));
-                }
-            },
-        };
-        joined.unwrap_or_else(|e| {
-            Err(ToolError::internal(format!(
-                "the task of `{name}` failed: {e}"
-            )))
-        })
     }
 
     /// Waits for every body still running (after its caller timed out or went away), then, up
@@ -474,88 +305,15 @@ impl Toolbox {
     /// before the process exits, and log or act on [`ShutdownReport::unrecorded`]: each entry is a
     /// key whose work ended and whose record will read as unknown once its lease lapses.
     pub async fn shutdown(&self) -> ShutdownReport {
-        self.inner.tracker.close();
-        self.inner.tracker.wait().await;
-        self.inner.tracker.reopen();
-        self.inner.recorder.drain(self.inner.shutdown_grace).await
-    }
-
-    async fn status(
-        &self,
-        status: &StatusEntry,
-        args: Value,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let key = (status.key)(args, ctx)?;
-        let rkey = RecordKey::new(ctx.scope(), key.as_str());
-        let record = self.inner.store.get(&rkey).await.map_err(store_error)?;
-        let time = |t| humantime::format_rfc3339_millis(t).to_string();
-        let value = match record {
-            None => json!({"status": "not_found"}),
-            Some(Record::InProgress { since, .. }) => {
-                json!({"status": "in_progress", "since": time(since)})
-            }
-            Some(Record::Stale { since, .. }) => json!({"status": "unknown", "since": time(since)}),
-            Some(Record::Completed {
-                outcome: Outcome::Ok(result),
-                completed_at,
-                ..
-            }) => {
-                json!({"status": "completed", "result": result, "completed_at": time(completed_at)})
-            }
-            Some(Record::Completed {
-                outcome: Outcome::Err(err),
-                completed_at,
-                ..
-            }) => {
-                json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
-            }
-        };
-        tracing::debug!(tool = %status.definition.name, target = %status.target, key = %key.for_logs(), "status answered");
-        Ok(ToolOutput {
-            value,
-            replayed: false,
-        })
+        self.inner.exec.shutdown().await
     }
 
     fn unknown_tool(&self, name: &str) -> ToolError {
-        self.no_such_tool(format!("there is no tool named `{name}`"))
+        self.no_such_tool(texts::unknown_tool(name))
     }
 
     /// UNKNOWN_TOOL with `message`, suggesting the tools that exist.
     pub(crate) fn no_such_tool(&self, message: String) -> ToolError {
-        let names: Vec<&str> = self
-            .inner
-            .definitions
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect();
-        ToolError::new(ErrorCode::UnknownTool, message)
-            .with_suggestion(format!("use one of: {}", names.join(", ")))
-    }
-}
-
-fn timed_out(def: &ToolDefinition, limit: std::time::Duration) -> ToolError {
-    let message = format!(
-        "`{}` did not answer within {}; it may still finish",
-        def.name,
-        humantime::format_duration(limit)
-    );
-    match def.story {
-        Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
-            .with_retryable(false)
-            .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
-        Story::Idempotent => {
-            let status = match def.status_tool() {
-                Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
-                None => String::new(),
-            };
-            ToolError::new(ErrorCode::Timeout, message)
-                .with_retryable(true)
-                .with_suggestion(format!("{status}call again with the same arguments: it will not run twice"))
-        }
-        Story::ReadOnly | Story::Natural => ToolError::new(ErrorCode::Timeout, message)
-            .with_retryable(true)
-            .with_suggestion("call again with the same arguments"),
+        texts::no_such_tool(message, self.inner.definitions.iter().map(|d| d.name()))
     }
 }

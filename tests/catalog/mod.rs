@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use toolkey::{tool, State, ToolError, Toolbox};
 
-use crate::common::{Billing, SendInvoice};
+use crate::billing::{Billing, SendInvoice};
 
 /// A postal address.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// Starts this test binary as a child running only `child_process_entry`, with `env` set.
@@ -33,4 +33,21 @@ pub fn wait_for(signal: &Path, what: &str) {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("{what}");
+}
+
+/// Waits up to `limit` for the child to exit; past it, kills the child and panics saying `what`
+/// did not finish, so a hung child fails its test instead of hanging it.
+pub fn finish(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -20,7 +20,8 @@
 
 use serde_json::{json, Value};
 
-use super::{content, run, str_field, unanswered, wrong_type, Entry};
+use super::{content, run, str_field, unanswered, Entry};
+use crate::texts;
 use crate::{ToolContext, Toolbox};
 
 /// Answers the `tool_use` blocks of a Messages API conversation that have no `tool_result`
@@ -68,7 +69,7 @@ pub async fn handle_tool_uses(
 pub async fn handle_tool_use(toolbox: &Toolbox, block: &Value, ctx: &ToolContext) -> Value {
     let id = str_field(block, "id").unwrap_or_default();
     let result = match str_field(block, "type") {
-        Some(other) if other != "tool_use" => Err(wrong_type("tool_use", other)),
+        Some(other) if other != "tool_use" => Err(texts::wrong_item_type("tool_use", other)),
         _ => run(toolbox, str_field(block, "name"), block.get("input"), ctx).await,
     };
     let (content, is_error) = content(&result);

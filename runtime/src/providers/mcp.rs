@@ -54,7 +54,7 @@ pub use server::McpServer;
 use serde_json::{json, Map, Value};
 
 use super::{run, str_field, REPLAY_NOTE};
-use crate::{texts, ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
+use crate::{texts, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// The `_meta` key of a request that names the run id (a string).
 pub const META_RUN_ID: &str = "toolkey/run_id";
@@ -175,7 +175,7 @@ pub fn context_from_meta(
     let text = |key: &str| match meta.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) if !text.is_empty() => Ok(Some(text.clone())),
-        Some(_) => Err(bad_meta(key, "a non-empty string")),
+        Some(_) => Err(texts::bad_meta(key, "a non-empty string")),
     };
     let scoped = |key: &str| match text(key)? {
         Some(named) => client_run_ids.scope(&named, key, session_run_id).map(Some),
@@ -188,7 +188,7 @@ pub fn context_from_meta(
         Some(step) => {
             ctx = ctx.with_step(
                 step.as_u64()
-                    .ok_or_else(|| bad_meta(META_STEP, "a non-negative integer"))?,
+                    .ok_or_else(|| texts::bad_meta(META_STEP, "a non-negative integer"))?,
             )
         }
     }
@@ -198,19 +198,10 @@ pub fn context_from_meta(
     Ok(ctx)
 }
 
-fn bad_meta(key: &str, expected: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::MissingContext,
-        format!("the request's `_meta.{key}` must be {expected}"),
-    )
-    .with_suggestion(
-        "this is a defect in the MCP client, not in the arguments: report it; do not retry",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorCode;
 
     #[test]
     fn results_carry_structure_replays_and_errors() {

@@ -52,7 +52,7 @@ use serde_json::{json, Map, Value};
 
 use crate::export::openai::drop_optional_nulls;
 pub(crate) use crate::texts::REPLAY_NOTE;
-use crate::{ErrorCode, ToolContext, ToolError, ToolOutput, Toolbox};
+use crate::{texts, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// Runs one call as a provider sent it: the tool's name, and its arguments as the provider
 /// holds them (a JSON object, or a string of JSON).
@@ -63,7 +63,7 @@ pub(crate) async fn run(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     let Some(name) = name else {
-        return Err(toolbox.no_such_tool("the tool call names no tool".into()));
+        return Err(toolbox.no_such_tool(texts::NO_TOOL_NAMED.into()));
     };
     let Some(definition) = toolbox.definition(name) else {
         return toolbox.call(name, Value::Object(Map::new()), ctx).await;
@@ -75,30 +75,19 @@ pub(crate) async fn run(
 
 /// The arguments as a JSON object: a string is parsed, a missing or `null` one is `{}`.
 fn parse_arguments(tool: &str, arguments: Option<&Value>) -> Result<Value, ToolError> {
-    let retry = "send the arguments as one JSON object with the fields the tool's schema lists, then call again";
     let value = match arguments {
         None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
         Some(Value::String(text)) if text.trim().is_empty() => {
             return Ok(Value::Object(Map::new()))
         }
-        Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
-            ToolError::invalid_arguments(
-                format!("the arguments for `{tool}` are not valid JSON: {e}"),
-                retry.into(),
-            )
-        })?,
+        Some(Value::String(text)) => serde_json::from_str(text)
+            .map_err(|e| texts::arguments_not_json(tool, &e.to_string()))?,
         Some(value) => value.clone(),
     };
     match value {
         Value::Object(_) => Ok(value),
         Value::Null => Ok(Value::Object(Map::new())),
-        other => Err(ToolError::invalid_arguments(
-            format!(
-                "the arguments for `{tool}` must be a JSON object, not {}",
-                kind(&other)
-            ),
-            retry.into(),
-        )),
+        other => Err(texts::provider_arguments_not_an_object(tool, kind(&other))),
     }
 }
 
@@ -171,18 +160,10 @@ pub(crate) fn str_field<'a>(value: &'a Value, field: &str) -> Option<&'a str> {
     value.get(field).and_then(Value::as_str)
 }
 
-/// An error for a message of the wrong type (a `text` block where a `tool_use` was expected).
-pub(crate) fn wrong_type(expected: &str, found: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::InvalidArguments,
-        format!("expected a `{expected}` item, got `{found}`"),
-    )
-    .with_suggestion(format!("send tool calls as `{expected}` items"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorCode;
 
     #[test]
     fn unanswered_calls_keep_their_position_and_answers_never_reach_forward() {

@@ -19,7 +19,8 @@
 
 use serde_json::{json, Value};
 
-use super::{content, run, str_field, unanswered, wrong_type, Entry};
+use super::{content, run, str_field, unanswered, Entry};
+use crate::texts;
 use crate::{ToolContext, Toolbox};
 
 /// Answers the tool calls of a Chat Completions conversation that have no `tool` message yet,
@@ -103,7 +104,7 @@ pub async fn handle_function_calls(
 pub async fn handle_tool_call(toolbox: &Toolbox, tool_call: &Value, ctx: &ToolContext) -> Value {
     let id = str_field(tool_call, "id").unwrap_or_default();
     let result = match str_field(tool_call, "type") {
-        Some(other) if other != "function" => Err(wrong_type("function", other)),
+        Some(other) if other != "function" => Err(texts::wrong_item_type("function", other)),
         _ => {
             let function = tool_call.get("function").unwrap_or(&Value::Null);
             run(
@@ -128,7 +129,9 @@ pub async fn handle_tool_call(toolbox: &Toolbox, tool_call: &Value, ctx: &ToolCo
 pub async fn handle_function_call(toolbox: &Toolbox, item: &Value, ctx: &ToolContext) -> Value {
     let call_id = str_field(item, "call_id").unwrap_or_default();
     let result = match str_field(item, "type") {
-        Some(other) if other != "function_call" => Err(wrong_type("function_call", other)),
+        Some(other) if other != "function_call" => {
+            Err(texts::wrong_item_type("function_call", other))
+        }
         _ => run(toolbox, str_field(item, "name"), item.get("arguments"), ctx).await,
     };
     let (output, _) = content(&result);

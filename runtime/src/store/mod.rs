@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::texts::{self, StoreFailure};
 use crate::{Fingerprint, ToolError};
 
 #[cfg(feature = "testing")]
@@ -214,6 +215,24 @@ impl StoreError {
     /// An unavailable-store error from any error.
     pub fn unavailable(err: impl fmt::Display) -> StoreError {
         StoreError::Unavailable(err.to_string())
+    }
+
+    /// The answer to a call this error stopped before its tool ran.
+    pub(crate) fn refusal(self) -> ToolError {
+        texts::store_error(self.failure(), &self.to_string())
+    }
+
+    /// The answer to a call this error stopped before its step `step` ran.
+    pub(crate) fn step_refusal(self, step: &str) -> ToolError {
+        texts::step_store_error(step, self.failure(), &self.to_string())
+    }
+
+    fn failure(&self) -> StoreFailure {
+        match self {
+            StoreError::Unavailable(_) => StoreFailure::Unreachable,
+            StoreError::Config(_) => StoreFailure::Misconfigured,
+            StoreError::Corrupt { .. } => StoreFailure::Corrupt,
+        }
     }
 }
 

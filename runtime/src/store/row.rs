@@ -20,7 +20,7 @@ pub(crate) fn span_ms(d: std::time::Duration) -> i64 {
     super::millis(d).min(MAX_SPAN_MS)
 }
 
-/// One stored row, read as it is: nothing is parsed until [`StoredRecord::into_record`].
+/// One stored row, read as it is: nothing is parsed until [`StoredRecord::to_record`].
 #[derive(Debug, Clone)]
 pub(crate) struct StoredRecord {
     pub state: String,

@@ -1,4 +1,5 @@
-//! Tools and a fake billing system shared by the integration tests.
+//! The fake billing system the integration tests count effects on (invoices sent, refunds made),
+//! and the tools that act on it.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,13 +1,17 @@
-//! Helpers shared by the server stores' tests: finding the server, and a TCP proxy that can play
-//! a server going away and coming back.
+//! The server stores' test helpers: finding the server, a TCP proxy that can play a server going
+//! away and coming back, and the checks every server store passes when it does (fail closed,
+//! then recover on the same store).
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use toolkey::store::{Record, RecordKey, Reservation, Store, StoreError, Token};
 
 /// The URL in `var`, or `default`.
 pub fn url(var: &str, default: &str) -> String {
@@ -95,14 +99,91 @@ impl Proxy {
     }
 }
 
+/// A proxy in front of the server at `url`, and `url` rewritten to reach the server through it.
+pub async fn behind_proxy(url: &str) -> (Proxy, String) {
+    let parsed = url::Url::parse(url).unwrap();
+    let port = parsed.port().expect("the test URL names its port");
+    let target = format!("{}:{port}", parsed.host_str().unwrap())
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(target).await;
+    let mut through = parsed;
+    through.set_port(Some(proxy.port())).unwrap();
+    (proxy, through.to_string())
+}
+
+/// `url` with its port replaced by one nothing listens on.
+pub fn nowhere(url: &str) -> String {
+    let mut parsed = url::Url::parse(url).unwrap();
+    parsed.set_port(Some(1)).unwrap();
+    parsed.to_string()
+}
+
+/// The fail-closed checks every server store passes. `connect` builds the store for a URL, with
+/// a short timeout.
+///
+/// Nothing listening: connecting is `Unavailable`. A server that goes away under a running store:
+/// every reserve is `Unavailable`, each within 5 s (so a caller is refused, never left hanging,
+/// and never told a key is free). When the server is back, the same store reads what it holds
+/// again, within 10 s, without being rebuilt.
+pub async fn fails_closed<S, F, Fut>(url: &str, connect: F)
+where
+    S: Store,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<S, StoreError>>,
+{
+    let refused = connect(nowhere(url)).await;
+    assert!(
+        matches!(refused, Err(StoreError::Unavailable(_))),
+        "connecting to nothing: {:?}",
+        refused.err()
+    );
+
+    let (proxy, through) = behind_proxy(url).await;
+    let store = connect(through).await.unwrap();
+    let tenant = format!("fails-closed-{}", Token::generate());
+    let key = |name: &str| RecordKey::new(tenant.clone(), name);
+    let fp = toolkey::Fingerprint::of(&serde_json::json!({"n": 1})).unwrap();
+    let lease = Duration::from_secs(60);
+    let held = key("down");
+    let before = store.reserve(&held, &fp, &Token::generate(), lease).await;
+    assert!(matches!(before, Ok(Reservation::Reserved(_))), "{before:?}");
+
+    proxy.stop().await;
+    for i in 0..3 {
+        let started = Instant::now();
+        let down = store
+            .reserve(&key("while-down"), &fp, &Token::generate(), lease)
+            .await;
+        assert!(
+            matches!(down, Err(StoreError::Unavailable(_))),
+            "call {i}: {down:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "failing closed took {:?}",
+            started.elapsed()
+        );
+    }
+
+    proxy.restart().await;
+    let started = Instant::now();
+    loop {
+        match store.get(&held).await {
+            Ok(Some(Record::InProgress { .. })) => break,
+            Err(StoreError::Unavailable(_)) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("after the server came back: {other:?}"),
+        }
+    }
+}
+
 /// After connections were killed: of `probes` reserves at most `max_failures` fail (each on a
 /// dead connection, as `Unavailable`), and then 20 more all succeed on the same store.
 pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_failures: usize) {
-    use std::time::Duration;
-    use toolkey::store::{RecordKey, Reservation, StoreError};
-
     let fp = toolkey::Fingerprint::of(&serde_json::json!({"probe": true})).unwrap();
-    let tenant = format!("recovers-{}", toolkey::store::Token::generate());
+    let tenant = format!("recovers-{}", Token::generate());
     let key = |name: String| RecordKey::new(tenant.clone(), name);
     let mut failures = 0;
     for i in 0..probes {
@@ -110,7 +191,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
             .reserve(
                 &key(format!("next-{i}")),
                 &fp,
-                &toolkey::store::Token::generate(),
+                &Token::generate(),
                 Duration::from_secs(60),
             )
             .await
@@ -129,7 +210,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
             .reserve(
                 &key(format!("after-{i}")),
                 &fp,
-                &toolkey::store::Token::generate(),
+                &Token::generate(),
                 Duration::from_secs(60),
             )
             .await;

@@ -1,0 +1,266 @@
+//! The executor: runs one call of a tool, whatever its story, given the tool's definition and
+//! prepared call, a store, the shared state and the caller's context.
+//!
+//! Every call runs in a task of its own, so a caller that stops waiting (the tool's `timeout`, or
+//! its future dropped) never cancels the work. A keyed (`idempotent`) call takes
+//! [the keyed path](keyed): reserve → run → complete or release, with replays, conflicts and
+//! stale reservations settled first. Every other call runs its body, once approved if it is
+//! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
+//!
+//! It knows nothing of tool names or registries: [`Toolbox`](crate::Toolbox) looks a call up
+//! and hands it here.
+
+mod keyed;
+#[cfg(test)]
+mod tests;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use serde_json::{json, Value};
+use tokio_util::task::TaskTracker;
+
+use crate::context::StateMap;
+use crate::lease::{panicked, Recorder, ShutdownReport};
+use crate::stats::{Counters, Stats};
+use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
+use crate::story::Story;
+use crate::texts;
+use crate::tool::{Call, Invocation, Tool, ToolDefinition};
+use crate::{IdempotencyKey, ToolContext, ToolError};
+
+/// What a successful call returns.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The tool's result as JSON.
+    pub value: Value,
+    /// True when this is the recorded result of an earlier call, not a new execution.
+    pub replayed: bool,
+}
+
+/// Decides whether an `unkeyed` tool may run. Every toolbox holding an `unkeyed` tool needs one.
+///
+/// A closure `Fn(&ApprovalRequest) -> bool` is an approver; implement the trait for one that
+/// asks a person.
+#[async_trait]
+pub trait Approver: Send + Sync + 'static {
+    /// True to let the call run.
+    async fn approve(&self, request: &ApprovalRequest<'_>) -> bool;
+}
+
+#[async_trait]
+impl<F> Approver for F
+where
+    F: Fn(&ApprovalRequest<'_>) -> bool + Send + Sync + 'static,
+{
+    async fn approve(&self, request: &ApprovalRequest<'_>) -> bool {
+        self(request)
+    }
+}
+
+/// One call of an `unkeyed` tool, waiting for approval.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ApprovalRequest<'a> {
+    /// The tool's name.
+    pub tool: &'a str,
+    /// The arguments, as the model sent them (already valid).
+    pub arguments: &'a Value,
+    /// The caller's context.
+    pub context: &'a ToolContext,
+}
+
+/// Runs calls: what one toolbox's calls share (store, state, approver, counters, the tasks of
+/// bodies still running and the writes still being retried).
+pub(crate) struct Executor {
+    store: Arc<dyn Store>,
+    state: Arc<StateMap>,
+    approver: Option<Arc<dyn Approver>>,
+    stats: Counters,
+    /// The bodies' tasks, which outlive a caller that stopped waiting.
+    tracker: TaskTracker,
+    recorder: Arc<Recorder>,
+    shutdown_grace: Duration,
+}
+
+impl Executor {
+    /// An executor over `store` and `state`; `approver` decides `unkeyed` calls (none: every
+    /// such call is refused); `shutdown` waits up to `shutdown_grace` for unrecorded outcomes.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        state: Arc<StateMap>,
+        approver: Option<Arc<dyn Approver>>,
+        shutdown_grace: Duration,
+    ) -> Executor {
+        Executor {
+            store,
+            state,
+            approver,
+            stats: Counters::default(),
+            tracker: TaskTracker::new(),
+            recorder: Arc::default(),
+            shutdown_grace,
+        }
+    }
+
+    /// The store that enforces keys.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Counts of what this executor did.
+    pub(crate) fn stats(&self) -> Stats {
+        self.stats.snapshot()
+    }
+
+    /// One call of `tool`, whose definition (as the toolbox holds it, overrides applied) is
+    /// `def`: its arguments validated and prepared, an `unkeyed` call approved, then [run](Self::run).
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        tool: &dyn Tool,
+        def: &Arc<ToolDefinition>,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        // The approver sees the arguments as the model sent them, once they are known to be valid.
+        let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
+        let call = tool.prepare(args, ctx)?;
+        if let Some(arguments) = approval_args {
+            self.approve(def, &arguments, ctx).await?;
+        }
+        self.run(def.clone(), call, ctx).await
+    }
+
+    async fn approve(
+        &self,
+        def: &ToolDefinition,
+        arguments: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
+        let request = ApprovalRequest {
+            tool: &def.name,
+            arguments,
+            context: ctx,
+        };
+        let approved = match &self.approver {
+            Some(approver) => approver.approve(&request).await,
+            None => false,
+        };
+        if approved {
+            Ok(())
+        } else {
+            Err(texts::not_approved(&def.name))
+        }
+    }
+
+    /// Runs a prepared call in a task of its own, and waits for it up to the definition's
+    /// `timeout`. The task goes on when the caller stops waiting, and
+    /// [`shutdown`](Self::shutdown) waits for it.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        def: Arc<ToolDefinition>,
+        call: Call,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let timeout = def.settings.timeout;
+        let task = {
+            let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
+            self.tracker.spawn(async move {
+                if def.story == Story::Idempotent {
+                    keyed::run(exec, def, call, ctx).await
+                } else {
+                    exec.run_unkeyed(&def, call, ctx).await
+                }
+            })
+        };
+        let joined = match timeout {
+            None => task.await,
+            Some(limit) => match tokio::time::timeout(limit, task).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    self.stats.timeouts.inc();
+                    return Err(texts::timed_out(def.named(), def.story, limit));
+                }
+            },
+        };
+        joined.unwrap_or_else(|e| Err(texts::task_failed(&def.name, &e.to_string())))
+    }
+
+    /// A call without a key (`read_only`, `natural`, an approved `unkeyed`): its body runs every
+    /// time, and nothing is recorded.
+    async fn run_unkeyed(
+        &self,
+        def: &ToolDefinition,
+        call: Call,
+        ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.stats.executed.inc();
+        let invocation = Invocation {
+            ctx,
+            state: self.state.clone(),
+        };
+        match AssertUnwindSafe((call.body)(invocation))
+            .catch_unwind()
+            .await
+        {
+            Ok(result) => result.map(|value| ToolOutput {
+                value,
+                replayed: false,
+            }),
+            Err(panic) => Err(panicked(&format!("`{}`", def.name), "body", panic)),
+        }
+    }
+
+    /// A status companion's answer: what the store holds for `key` in the caller's tenant.
+    /// `status` and `target` name the companion and its tool, for the logs.
+    pub(crate) async fn status(
+        &self,
+        status: &str,
+        target: &str,
+        key: &IdempotencyKey,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let rkey = RecordKey::new(ctx.scope(), key.as_str());
+        let record = self.store.get(&rkey).await.map_err(StoreError::refusal)?;
+        let time = |t| humantime::format_rfc3339_millis(t).to_string();
+        let value = match record {
+            None => json!({"status": "not_found"}),
+            Some(Record::InProgress { since, .. }) => {
+                json!({"status": "in_progress", "since": time(since)})
+            }
+            Some(Record::Stale { since, .. }) => json!({"status": "unknown", "since": time(since)}),
+            Some(Record::Completed {
+                outcome: Outcome::Ok(result),
+                completed_at,
+                ..
+            }) => {
+                json!({"status": "completed", "result": result, "completed_at": time(completed_at)})
+            }
+            Some(Record::Completed {
+                outcome: Outcome::Err(err),
+                completed_at,
+                ..
+            }) => {
+                json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
+            }
+        };
+        tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered");
+        Ok(ToolOutput {
+            value,
+            replayed: false,
+        })
+    }
+
+    /// Waits for every body still running, then up to the shutdown grace for the outcomes the
+    /// store did not take at once, and reports those it still has not taken.
+    pub(crate) async fn shutdown(&self) -> ShutdownReport {
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.tracker.reopen();
+        self.recorder.drain(self.shutdown_grace).await
+    }
+}

@@ -1,0 +1,173 @@
+//! `ctx.once` steps: each step of a multi-step tool keyed under its parent call's key, bound to
+//! the parent's fingerprint, and held like the call itself (see [`lease`](crate::lease)).
+//!
+//! A keyed call hands its context a [`OnceScope`]; the context's `once` runs a step through it.
+//! Nothing here knows the executor or the toolbox: a scope is the parent's store, key,
+//! fingerprint and settings, and two flags the parent reads when its body ends.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::lease::{drive, settle, unreserve, Holder, Recorder};
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
+use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
+
+/// What a keyed call gives its context for `ctx.once` steps: the store, and the parent call's
+/// key and fingerprint, to which every step is bound.
+pub(crate) struct OnceScope {
+    store: Arc<dyn Store>,
+    recorder: Arc<Recorder>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    retain: Duration,
+    /// Set when the parent's recover hook answered "not found": no effect of this call exists,
+    /// so a step left unknown (or abandoned by a crash) may run again.
+    recovered_not_found: AtomicBool,
+    /// Set when a step met a record the parent must not be recorded over (another action's
+    /// step, or a step still running elsewhere): the parent's key is released, not recorded.
+    release_parent: AtomicBool,
+}
+
+impl OnceScope {
+    /// The scope of one keyed call, holding `key` with `fingerprint`; its steps are leased and
+    /// retained as the call is.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        recorder: Arc<Recorder>,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        lease: Duration,
+        retain: Duration,
+    ) -> OnceScope {
+        OnceScope {
+            store,
+            recorder,
+            key,
+            fingerprint,
+            lease,
+            retain,
+            recovered_not_found: AtomicBool::new(false),
+            release_parent: AtomicBool::new(false),
+        }
+    }
+
+    /// The parent call's key.
+    pub(crate) fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// The parent's recover hook found no effect of the call: steps it left unknown may run.
+    pub(crate) fn recovered_not_found(&self) {
+        self.recovered_not_found.store(true, Ordering::SeqCst);
+    }
+
+    /// True when a step met a record the parent must not be recorded over.
+    pub(crate) fn parent_must_be_released(&self) -> bool {
+        self.release_parent.load(Ordering::SeqCst)
+    }
+
+    /// Runs step `step` of the parent call for `tenant` at most once (see
+    /// [`ToolContext::once`](crate::ToolContext::once)).
+    pub(crate) async fn run_step<T, E, F>(
+        &self,
+        tenant: &str,
+        step: &str,
+        work: F,
+    ) -> Result<T, ToolError>
+    where
+        F: Future<Output = Result<T, E>> + Send,
+        T: Serialize + DeserializeOwned,
+        E: Into<ToolError>,
+    {
+        if !valid_step_name(step) {
+            return Err(texts::bad_step_name(step));
+        }
+        let key = self.key.step_key(step);
+        let rkey = RecordKey::new(tenant, key.as_str());
+        let what = format!("step `{step}` (key hash {})", key.for_logs());
+        let token = loop {
+            let token = Token::generate();
+            let reservation = match self
+                .store
+                .reserve(&rkey, &self.fingerprint, &token, self.lease)
+                .await
+            {
+                Ok(reservation) => reservation,
+                Err(e) => {
+                    // The reserve may have been applied with its reply lost: free it, so the
+                    // step did not run and its key stays usable.
+                    unreserve(&self.recorder, &self.store, &rkey, &token, &what).await;
+                    return Err(e.step_refusal(step));
+                }
+            };
+            let record = match reservation {
+                Reservation::Reserved(token) => break token,
+                Reservation::Existing(record) => record,
+            };
+            if record.fingerprint() != &self.fingerprint {
+                self.release_parent.store(true, Ordering::SeqCst);
+                return Err(texts::step_conflict(step));
+            }
+            let value = match record {
+                Record::Completed {
+                    outcome: Outcome::Ok(value),
+                    ..
+                } => value,
+                Record::Completed {
+                    outcome: Outcome::Err(err),
+                    ..
+                } => return Err(err),
+                Record::InProgress { .. } => {
+                    self.release_parent.store(true, Ordering::SeqCst);
+                    return Err(texts::step_in_progress(step));
+                }
+                Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
+                    match self
+                        .store
+                        .take_over(&rkey, &token, self.lease)
+                        .await
+                        .map_err(|e| e.step_refusal(step))?
+                    {
+                        Some(token) => break token,
+                        // Another caller took it first: read the record again.
+                        None => continue,
+                    }
+                }
+                Record::Stale { .. } => return Err(texts::step_unknown(step)),
+            };
+            return serde_json::from_value(value)
+                .map_err(|e| texts::step_result_unfit(step, &e.to_string()));
+        };
+        let recorded = async {
+            let value = work.await.map_err(Into::into)?;
+            // The step acted: a result that cannot be recorded makes its outcome unknown, never
+            // a failure, or a retry would act again.
+            serde_json::to_value(&value).map_err(|e| texts::step_unrecordable(step, &e.to_string()))
+        };
+        let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
+        let holder = Holder {
+            store: &self.store,
+            recorder: &self.recorder,
+            rkey: &rkey,
+            token: &token,
+            what: &what,
+        };
+        let value = settle(&holder, self.retain, ran, renewal, None).await?;
+        serde_json::from_value(value).map_err(|e| texts::step_result_unfit(step, &e.to_string()))
+    }
+}
+
+/// 1 to 64 ASCII letters, digits, `-`, `_` or `.`: a step name becomes part of a record key.
+fn valid_step_name(step: &str) -> bool {
+    !step.is_empty()
+        && step.len() <= 64
+        && step
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
