@@ -10,9 +10,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use toolkey_runtime::store::faults::{Fault, FaultyStore, Op, Plan};
-//! use toolkey_runtime::store::{MemoryStore, RecordKey, Reservation, Store, StoreError, Token};
-//! use toolkey_runtime::Fingerprint;
+//! use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+//! use toolkey::store::{MemoryStore, RecordKey, Reservation, Store, StoreError, Token};
+//! use toolkey::Fingerprint;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {

@@ -28,7 +28,7 @@
 //! use std::sync::Arc;
 //!
 //! use toolkey::{json, tool, State, ToolError};
-//! use toolkey_runtime::testing::{Backend, RetryCheck, Scenario, Verdict};
+//! use toolkey::testing::{Backend, RetryCheck, Scenario, Verdict};
 //!
 //! #[derive(Default)]
 //! struct Ledger {
