@@ -4,6 +4,7 @@
 //!
 //! Users depend on the `toolkey` crate, which re-exports this one.
 
+pub mod adapters;
 mod context;
 mod error;
 mod exec;
