@@ -74,8 +74,8 @@ use crate::{ErrorCode, ToolContext, ToolError, Toolbox};
 /// let toolbox = Toolbox::builder().tool(SendInvoice).build().unwrap();
 /// let tools = toolkey::adapters::rig::tools(&toolbox);
 /// let names: Vec<&str> = tools.iter().map(|tool| tool.name().as_str()).collect();
-/// assert_eq!(names, ["send_invoice", "send_invoice_status"]);
-/// assert_eq!(tools[0].definition().parameters["required"], serde_json::json!(["customer", "period"]));
+/// assert_eq!(names, ["send_invoice_status", "send_invoice"]);
+/// assert_eq!(tools[1].definition().parameters["required"], serde_json::json!(["customer", "period"]));
 /// ```
 pub fn tools(toolbox: &Toolbox) -> Vec<DynamicTool> {
     toolbox
