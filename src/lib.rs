@@ -58,7 +58,7 @@ pub use toolkey_runtime::{
 };
 
 #[doc(inline)]
-pub use toolkey_runtime::{providers, store};
+pub use toolkey_runtime::{adapters, providers, store};
 
 /// The retry-safety check users run against their own tools (feature `testing`).
 #[cfg(feature = "testing")]

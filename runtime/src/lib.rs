@@ -16,8 +16,10 @@
 //   prepared calls), and beside them `export` and `schema` (a definition's schemas)
 // - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context
 // - `toolbox`: registers tools and dispatches calls by name to the executor
-// - `providers`: provider tool calls in and results out, through a toolbox
+// - `providers`: provider tool calls in and results out, through a toolbox; `adapters`: the same
+//   for agent frameworks and client crates (rig, async-openai)
 // - `__private`: what the `#[tool]` expansion calls
+pub mod adapters;
 mod context;
 mod error;
 mod exec;

@@ -129,6 +129,17 @@ pub(crate) fn missing_context(field: &str) -> ToolError {
     .with_suggestion(RUNTIME_DEFECT)
 }
 
+/// An agent framework ran a tool without the run context the program should have passed.
+pub(crate) fn no_run_context() -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        "the program running this agent gave the tool no run context, so nothing ran",
+    )
+    .with_suggestion(
+        "this is a defect in the program, not in the arguments: tell the user the action could not be done; do not retry",
+    )
+}
+
 /// An MCP request's `_meta.{key}` is not what it must be (`expected`).
 pub(crate) fn bad_meta(key: &str, expected: &str) -> ToolError {
     ToolError::new(
@@ -502,6 +513,7 @@ mod tests {
             control_character("customer", false),
             control_character("tenant", true),
             missing_context("step"),
+            no_run_context(),
             bad_meta("toolkey/step", "a non-negative integer"),
             client_run_id_refused("RUN_ID_NOT_ACCEPTED", "toolkey/run_id"),
             no_state("app::Billing"),

@@ -221,7 +221,7 @@ fn strictify(node: &mut Value, strict: &mut bool) {
         let optional: BTreeSet<String> = {
             let required = required(map);
             let properties = map.entry("properties").or_insert_with(|| json!({}));
-            let names = properties
+            let names: BTreeSet<String> = properties
                 .as_object()
                 .map(|p| p.keys().cloned().collect())
                 .unwrap_or_default();
