@@ -89,11 +89,13 @@ async fn charge(
     Ok(payment)
 }
 
-/// Alice and Bob, each their own tenant; every other credential is refused.
+/// Alice and Bob, each their own tenant; Carol is known and may not use the server; every other
+/// credential is refused.
 fn authenticate(request: &Parts) -> Result<Principal, Refusal> {
     match bearer_token(request) {
         Some("alice-token") => Ok(Principal::new("alice")),
         Some("bob-token") => Ok(Principal::new("bob")),
+        Some("carol-token") => Err(Refusal::forbidden("carol may not use this server")),
         Some(_) => Err(Refusal::unauthenticated("unknown token")),
         None => Err(Refusal::unauthenticated("a bearer token is required")),
     }
@@ -271,6 +273,20 @@ impl ClientHandler for Progress {
             .unwrap()
             .push((params.progress, params.total, params.message));
         self.first.notify_one();
+    }
+}
+
+impl Progress {
+    /// Waits until `n` notifications were handled.
+    async fn wait_for(&self, n: usize) {
+        let handled = async {
+            while self.seen.lock().unwrap().len() < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), handled)
+            .await
+            .unwrap_or_else(|_| panic!("{n} progress notifications: {:?}", self.seen));
     }
 }
 
@@ -515,6 +531,9 @@ async fn rmcp_bad_credential_is_refused_and_nothing_runs() {
     assert_eq!((status, session, challenge.as_str()), (401, None, "Bearer"));
     let (status, session, _) = raw_initialize(&server.url, None).await;
     assert_eq!((status, session), (401, None));
+    // Known, and not allowed: 403, no challenge (another token would not help).
+    let (status, session, challenge) = raw_initialize(&server.url, Some("carol-token")).await;
+    assert_eq!((status, session, challenge.as_str()), (403, None, ""));
     assert_eq!(server.stop().await, 0);
 }
 
@@ -540,10 +559,29 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let (status, _) = raw_post(&server.url, "mallory-token", &session, call.clone()).await;
     assert_eq!(status, 401);
     assert_eq!(server.ledger.count(), 0);
-    // Alice's own call on it runs.
-    let (_, body) = raw_post(&server.url, "alice-token", &session, call).await;
+    // Alice's own call on it runs; it asked for no progress, and gets none.
+    let (_, body) = raw_post(&server.url, "alice-token", &session, call.clone()).await;
     assert!(body.contains("ch_1"), "{body}");
-    assert_eq!(server.stop().await, 1);
+    assert!(!body.contains("notifications/progress"), "{body}");
+    // Asking for it (a `progressToken`), she gets the stages, in order, then the result.
+    let mut asked = call;
+    asked["id"] = json!(3);
+    asked["params"]["arguments"]["order"] = json!("order-2");
+    asked["params"]["_meta"]["progressToken"] = json!("tok-7");
+    let (_, body) = raw_post(&server.url, "alice-token", &session, asked).await;
+    let at = |text: &str| {
+        body.find(text)
+            .unwrap_or_else(|| panic!("{text:?} in {body}"))
+    };
+    assert!(at("stage 1 of 3") < at("stage 2 of 3"), "{body}");
+    assert!(at("stage 2 of 3") < at("stage 3 of 3"), "{body}");
+    assert!(at("stage 3 of 3") < at("ch_2"), "{body}");
+    assert_eq!(
+        body.matches("\"progressToken\":\"tok-7\"").count(),
+        3,
+        "{body}"
+    );
+    assert_eq!(server.stop().await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,7 +612,9 @@ async fn rmcp_client_dropped_mid_call_reconnects_to_a_replay() {
     assert_eq!(server.stop().await, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// rmcp's client hands each notification to a task of its own: on one thread those tasks run in
+// the order the notifications arrived, so the log shows the order on the wire.
+#[tokio::test(flavor = "current_thread")]
 async fn rmcp_progress_notifications_arrive_in_order() {
     let server = Server::start(Duration::from_millis(50)).await;
     let progress = Arc::new(Progress::default());
@@ -587,6 +627,7 @@ async fn rmcp_progress_notifications_arrive_in_order() {
         ("ch_1".into(), false)
     );
     let stage = |i: f64| (i, Some(3.0), Some(format!("stage {i} of 3")));
+    progress.wait_for(3).await;
     assert_eq!(
         *progress.seen.lock().unwrap(),
         [stage(1.0), stage(2.0), stage(3.0)]
