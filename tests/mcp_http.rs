@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use reqwest::Method;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, NumberOrString, ProgressNotificationParam,
     ProgressToken, RequestMetaObject,
@@ -361,6 +362,20 @@ async fn raw_initialize(url: &str, token: Option<&str>) -> (u16, Option<String>,
     (status, session, challenge)
 }
 
+/// A raw request without a body (GET listens on a session, DELETE closes it): the status.
+async fn raw_request(url: &str, method: Method, token: &str, session: &str) -> u16 {
+    let response = reqwest::Client::new()
+        .request(method, url)
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .expect("the server answers");
+    response.status().as_u16()
+}
+
 /// A raw JSON-RPC POST on a session: the status and the body.
 async fn raw_post(url: &str, token: &str, session: &str, message: Value) -> (u16, String) {
     let response = reqwest::Client::new()
@@ -547,15 +562,23 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let (status, _) = raw_post(&server.url, "alice-token", &session, initialized).await;
     assert_eq!(status, 202);
 
-    // Bob presents Alice's session id with his own valid token: refused, nothing runs.
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "charge", "arguments": {"order": "order-1", "cents": 500},
         "_meta": {"toolkey/run_id": "run-1"}}});
-    let (_, body) = raw_post(&server.url, "bob-token", &session, call.clone()).await;
-    assert!(body.contains("belongs to another principal"), "{body}");
-    assert!(!body.contains("ch_1"), "{body}");
+    // Bob presents Alice's session id with his own valid token: to him it does not exist. He
+    // can neither call on it, nor listen on it, nor close it.
+    let (status, body) = raw_post(&server.url, "bob-token", &session, call.clone()).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(
+        raw_request(&server.url, Method::GET, "bob-token", &session).await,
+        404
+    );
+    assert_eq!(
+        raw_request(&server.url, Method::DELETE, "bob-token", &session).await,
+        404
+    );
     assert_eq!(server.ledger.count(), 0);
-    // A bad token on Alice's session is refused before the session sees it.
+    // A bad token on Alice's session is refused before anything else.
     let (status, _) = raw_post(&server.url, "mallory-token", &session, call.clone()).await;
     assert_eq!(status, 401);
     assert_eq!(server.ledger.count(), 0);

@@ -14,8 +14,9 @@
 //!   and names its run again continues it — its retry replays — and a principal naming another
 //!   principal's run id names a run of its own. Calls that name no run share their session's
 //!   run, as over stdio.
-//! - **Sessions.** An MCP session belongs to the principal that opened it: a request carrying
-//!   another principal's session id is refused, and nothing runs.
+//! - **Sessions.** An MCP session belongs to the principal that opened it: a request of another
+//!   principal naming its session id is answered `404 Not Found`, as for a session that does not
+//!   exist, so nobody else can call, listen on or close it.
 //! - **Progress.** [`ToolContext::progress`](crate::ToolContext::progress) sends
 //!   `notifications/progress` to a client that asked for them, on the request's own stream.
 //!
@@ -40,15 +41,16 @@
 //! [`McpHttp::router`] gives the same endpoint as an axum [`Router`] to mount in an app of your
 //! own (`Router::new().nest("/mcp", mcp.router())`).
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use http::{header, HeaderValue, StatusCode};
+use http::{header, HeaderValue, Method, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -265,17 +267,20 @@ impl McpHttp {
             config = config.with_allowed_hosts(hosts.clone());
         }
         let template = Arc::new(self.server.authenticated_session());
+        let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
             move || Ok(template.authenticated_session()),
-            Arc::new(LocalSessionManager::default()),
+            sessions.clone(),
             config,
         );
+        let gate = Arc::new(Gate {
+            authenticator: self.authenticator.clone(),
+            sessions,
+            owners: Mutex::default(),
+        });
         Router::new()
             .fallback_service(service)
-            .layer(axum::middleware::from_fn_with_state(
-                self.authenticator.clone(),
-                authenticate,
-            ))
+            .layer(axum::middleware::from_fn_with_state(gate, authenticate))
     }
 
     /// Serves the endpoint at `/mcp` on `listener` until `shutdown` completes, then closes the
@@ -300,21 +305,103 @@ impl McpHttp {
     }
 }
 
+/// The header that names a request's MCP session.
+const SESSION_ID: &str = "mcp-session-id";
+
+/// What every request passes before the MCP layer: the authenticator, and which principal
+/// opened each live session.
+struct Gate {
+    authenticator: Arc<dyn Authenticator>,
+    sessions: Arc<LocalSessionManager>,
+    owners: Mutex<Owners>,
+}
+
+/// The principal of each session this endpoint opened, and the size at which ended sessions are
+/// next swept out.
+#[derive(Default)]
+struct Owners {
+    by_session: HashMap<String, Arc<str>>,
+    sweep_at: usize,
+}
+
+impl Gate {
+    fn owner(&self, session: &str) -> Option<Arc<str>> {
+        let owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        owners.by_session.get(session).cloned()
+    }
+
+    async fn opened(&self, session: String, principal: &Principal) {
+        let sweep = {
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            owners.by_session.insert(session, Arc::from(principal.id()));
+            owners.by_session.len() > owners.sweep_at
+        };
+        if sweep {
+            // Sessions end without a DELETE too (idle, dropped): forget those rmcp forgot.
+            let live = self.sessions.sessions.read().await;
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            owners
+                .by_session
+                .retain(|session, _| live.contains_key(session.as_str()));
+            owners.sweep_at = (owners.by_session.len() * 2).max(64);
+        }
+    }
+
+    fn closed(&self, session: &str) {
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        owners.by_session.remove(session);
+    }
+}
+
 /// The authentication layer: the request's principal into its extensions, where the MCP server
-/// reads it for every call, or the refusal as the response.
-async fn authenticate(
-    State(authenticator): State<Arc<dyn Authenticator>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// reads it for every call, or the refusal as the response. A request naming a session only
+/// reaches it when its principal opened it: any other is told the session does not exist, so a
+/// session id that leaks lets no one else call, listen on or close the session.
+async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     // Whatever an earlier layer put there, only what this authenticator proves counts.
     parts.extensions.remove::<Principal>();
-    match authenticator.authenticate(&parts).await {
-        Ok(principal) => {
-            parts.extensions.insert(principal);
-            next.run(Request::from_parts(parts, body)).await
+    let principal = match gate.authenticator.authenticate(&parts).await {
+        Ok(principal) => principal,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let session = match parts.headers.get(SESSION_ID) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(session) if gate.owner(session).as_deref() == Some(principal.id()) => {
+                Some(session.to_string())
+            }
+            _ => return session_not_found(),
+        },
+    };
+    let closing = parts.method == Method::DELETE;
+    parts.extensions.insert(principal.clone());
+    let response = next.run(Request::from_parts(parts, body)).await;
+    match session {
+        None => {
+            let opened = response.headers().get(SESSION_ID);
+            if let Some(opened) = opened.and_then(|value| value.to_str().ok()) {
+                gate.opened(opened.to_string(), &principal).await;
+            }
         }
-        Err(refusal) => refusal.into_response(),
+        Some(session) if closing && response.status().is_success() => gate.closed(&session),
+        Some(_) => {}
     }
+    response
+}
+
+/// What MCP's streamable HTTP transport answers for a session it does not know: the client
+/// starts a session of its own.
+fn session_not_found() -> Response {
+    let body = serde_json::json!({"error": {"code": "SESSION_NOT_FOUND",
+        "message": "no such MCP session: start a session of your own with `initialize`"}});
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }

@@ -39,12 +39,9 @@ pub struct McpServer {
     client_run_ids: ClientRunIds,
     session_run_id: Mutex<Option<Arc<str>>>,
     /// Over HTTP: every request carries the [`Principal`](super::http::Principal) its
-    /// credentials proved, which fixes the tenant and scopes client-named run ids; the session
-    /// belongs to the principal of its first request.
+    /// credentials proved, which fixes the tenant and scopes client-named run ids.
     #[cfg(feature = "mcp-http")]
     authenticated: bool,
-    #[cfg(feature = "mcp-http")]
-    session_principal: Mutex<Option<Arc<str>>>,
 }
 
 impl McpServer {
@@ -59,8 +56,6 @@ impl McpServer {
             session_run_id: Mutex::new(None),
             #[cfg(feature = "mcp-http")]
             authenticated: false,
-            #[cfg(feature = "mcp-http")]
-            session_principal: Mutex::new(None),
         }
     }
 
@@ -76,7 +71,6 @@ impl McpServer {
             client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
             authenticated: true,
-            session_principal: Mutex::new(None),
         }
     }
 
@@ -142,7 +136,7 @@ impl McpServer {
     ) -> Result<(Option<String>, ClientRunIds), ErrorData> {
         #[cfg(feature = "mcp-http")]
         if self.authenticated {
-            return principal_scope(context, &self.session_principal);
+            return principal_scope(context);
         }
         let _ = context;
         Ok((self.tenant.clone(), self.client_run_ids.clone()))
@@ -166,12 +160,10 @@ fn internal(message: String) -> ErrorData {
 }
 
 /// The tenant and the run-id policy of one call over HTTP, from the principal the
-/// authentication layer put on the request; an error, and nothing runs, without one or when the
-/// session belongs to another principal.
+/// authentication layer put on the request; an error, and nothing runs, without one.
 #[cfg(feature = "mcp-http")]
 fn principal_scope(
     context: &RequestContext<RoleServer>,
-    session: &Mutex<Option<Arc<str>>>,
 ) -> Result<(Option<String>, ClientRunIds), ErrorData> {
     let principal = context
         .extensions
@@ -181,17 +173,6 @@ fn principal_scope(
             // Only a router assembled without toolkey's authentication layer gets here.
             ErrorData::invalid_request("the request is not authenticated", None)
         })?;
-    let mut owner = session.lock().unwrap_or_else(PoisonError::into_inner);
-    match &*owner {
-        Some(owner) if **owner != *principal.id() => {
-            return Err(ErrorData::invalid_request(
-                "this MCP session belongs to another principal: start a session of your own",
-                None,
-            ))
-        }
-        Some(_) => {}
-        None => *owner = Some(Arc::from(principal.id())),
-    }
     Ok((
         Some(principal.tenant().to_string()),
         ClientRunIds::Principal(principal.id().to_string()),
