@@ -260,6 +260,11 @@ impl McpHttp {
     /// The endpoint as an axum router answering MCP on every path it is given, the
     /// authentication layer included; mount it where your app wants it:
     /// `Router::new().nest("/mcp", mcp.router())`.
+    ///
+    /// Each router keeps its own sessions. Open sessions end when a client closes them or goes
+    /// idle; [`serve`](Self::serve) also closes them on shutdown, and an app serving the router
+    /// itself waits for their streams in a graceful shutdown. Call
+    /// [`Toolbox::shutdown`] after serving, so bodies still running finish.
     pub fn router(&self) -> Router {
         let mut config = StreamableHttpServerConfig::default()
             .with_cancellation_token(self.shutdown.child_token());
