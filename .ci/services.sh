@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL and Redis run and answer on 127.0.0.1 before the store tests, installing
-# them from Debian's packages on a machine that has none. Safe to run again. Exports nothing: the
-# tests use their default URLs, postgres://postgres@127.0.0.1:5432/test and
-# redis://127.0.0.1:6379.
+# them from Debian's packages on a machine that has none, and that the official Python MCP SDK
+# the MCP-over-HTTP tests drive the server with is in target/mcp-venv. Safe to run again. Exports
+# nothing: the tests use their default URLs, postgres://postgres@127.0.0.1:5432/test and
+# redis://127.0.0.1:6379, and their default Python, target/mcp-venv/bin/python.
 set -euo pipefail
 
 PG_HOST=127.0.0.1
@@ -92,4 +93,21 @@ if ! redis_ready; then
 fi
 wait_for Redis redis_ready
 
-log "PostgreSQL ($PG_HOST:5432, database $PG_DB) and Redis ($REDIS_HOST:$REDIS_PORT) are ready"
+# --- The Python MCP SDK -------------------------------------------------------------------------
+# Pinned: the tests read what this version's client prints and how it reports a refusal.
+MCP_SDK='mcp==2.3.0'
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/mcp-venv"
+if ! "$venv/bin/python" -c 'import mcp.client.streamable_http' >/dev/null 2>&1 ||
+    [ "$("$venv/bin/python" -m pip show mcp 2>/dev/null | sed -n 's/^Version: //p')" != "${MCP_SDK#mcp==}" ]; then
+    command -v python3 >/dev/null || install python3
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+        install python3-venv
+        python3 -m venv "$venv"
+    fi
+    log "installing the Python MCP SDK ($MCP_SDK) into $venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$MCP_SDK"
+fi
+"$venv/bin/python" -c 'import mcp.client.streamable_http' ||
+    fail "the Python MCP SDK ($MCP_SDK) does not import from $venv"
+
+log "PostgreSQL ($PG_HOST:5432, database $PG_DB), Redis ($REDIS_HOST:$REDIS_PORT) and the Python MCP SDK are ready"

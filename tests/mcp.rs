@@ -1,7 +1,7 @@
 //! `examples/mcp_server`, started as a child process and driven over stdio by rmcp's own client:
 //! keys, replays and CONFLICT hold over MCP as they do in process. And in-process servers, one
 //! per session over a duplex pipe, on one store: what a client names in `_meta` never reaches
-//! another client's records.
+//! another client's records; a body's progress reaches the client that asked for it, in order.
 #![cfg(feature = "mcp")]
 
 mod billing;
@@ -390,4 +390,77 @@ async fn a_principals_runs_resume_across_connections_and_no_one_else_reaches_the
     for client in [again, bob, forger] {
         client.cancel().await.expect("the client closes");
     }
+}
+
+/// Count to `n`, reporting each number as progress.
+#[toolkey::tool(read_only)]
+async fn count_to(
+    ctx: &toolkey::ToolContext,
+    /// How far to count.
+    n: u32,
+) -> Result<u32, toolkey::ToolError> {
+    for i in 1..=n {
+        ctx.progress(f64::from(i), Some(f64::from(n)), &format!("counted {i}"))
+            .await;
+    }
+    Ok(n)
+}
+
+/// A client that keeps the progress notifications it receives.
+#[derive(Default)]
+struct ProgressLog(std::sync::Mutex<Vec<Report>>);
+
+/// One progress notification: how far, of how much, and the message.
+type Report = (f64, Option<f64>, Option<String>);
+
+impl rmcp::ClientHandler for ProgressLog {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let mut log = self.0.lock().unwrap();
+        log.push((params.progress, params.total, params.message));
+    }
+}
+
+// rmcp's client hands each notification to a task of its own: on one thread those tasks run in
+// the order the notifications arrived, so the log shows the order on the wire.
+#[tokio::test(flavor = "current_thread")]
+async fn progress_reaches_the_client_that_asked_for_it_in_order() {
+    let toolbox = Toolbox::builder()
+        .tool(CountTo)
+        .build()
+        .expect("a valid toolbox");
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = McpServer::new(toolbox).serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let log = Arc::new(ProgressLog::default());
+    let client = log
+        .clone()
+        .serve(client_io)
+        .await
+        .expect("the server initializes");
+    // rmcp's client asks for progress on every request (a `progressToken` in `_meta`).
+    let params = CallToolRequestParams::new("count_to")
+        .with_arguments(json!({"n": 3}).as_object().unwrap().clone());
+    let counted = client.call_tool(params).await.expect("tools/call");
+    assert_eq!(text(&counted), json!(3));
+    let handled = async {
+        while log.0.lock().unwrap().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), handled)
+        .await
+        .expect("three notifications");
+    let counted = |i: f64| (i, Some(3.0), Some(format!("counted {i}")));
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        [counted(1.0), counted(2.0), counted(3.0)]
+    );
+    client.cancel().await.expect("the client closes");
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -45,7 +46,16 @@ pub struct ToolContext {
     tenant: Option<Arc<str>>,
     event_id: Option<Arc<str>>,
     once: Option<Arc<OnceScope>>,
+    progress: Option<ProgressSink>,
 }
+
+/// Where `ctx.progress(..)` reports to: the MCP request that asked for progress notifications.
+/// Awaited by the body, so the reports of one call arrive in the order it made them.
+pub(crate) type ProgressSink = Arc<
+    dyn Fn(f64, Option<f64>, Option<String>) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl ToolContext {
     /// The context of one agent run.
@@ -56,6 +66,7 @@ impl ToolContext {
             tenant: None,
             event_id: None,
             once: None,
+            progress: None,
         }
     }
 
@@ -115,6 +126,41 @@ impl ToolContext {
     pub(crate) fn with_call(mut self, once: Arc<OnceScope>) -> Self {
         self.once = Some(once);
         self
+    }
+
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Reports how far a long body has come: `done` of `total` (when known), with a short
+    /// message for the person watching.
+    ///
+    /// Over MCP, when the client asked for progress (a `progressToken` in the request's
+    /// `_meta`), each report is a `notifications/progress` to that client, in the order the
+    /// body makes them (which also tells a patient client the call is alive). Elsewhere it is a
+    /// `tracing` event at debug level. `done` should grow with every report. The message is
+    /// shown to people and may reach the model: keep arguments and key values out of it.
+    ///
+    /// ```
+    /// use toolkey::ToolContext;
+    ///
+    /// # async fn body(ctx: &ToolContext) {
+    /// for (i, batch) in ["jan", "feb", "mar"].into_iter().enumerate() {
+    ///     // ... import `batch` ...
+    ///     ctx.progress(i as f64 + 1.0, Some(3.0), "importing a month").await;
+    /// }
+    /// # }
+    /// ```
+    pub async fn progress(&self, done: f64, total: Option<f64>, message: &str) {
+        match &self.progress {
+            Some(sink) => {
+                let message = (!message.is_empty()).then(|| message.to_string());
+                sink(done, total, message).await
+            }
+            None => tracing::debug!(done, total, message, "toolkey: progress"),
+        }
     }
 
     /// Runs one step of a multi-step tool at most once.

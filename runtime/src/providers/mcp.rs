@@ -1,5 +1,7 @@
 //! MCP: `tools/call` in, a `CallToolResult` out; with feature `mcp`, [`McpServer`] serves a whole
-//! toolbox over stdio on rmcp, the official Rust MCP SDK.
+//! toolbox over stdio on rmcp, the official Rust MCP SDK; with feature `mcp-http`,
+//! [`McpHttp`](http::McpHttp) serves it over streamable HTTP, every request authenticated, each
+//! principal fixing its calls' tenant and scoping the run ids it names (see [`http`]).
 //!
 //! A result is a text block with the result's JSON, plus the result itself as
 //! `structuredContent` when it is an object (MCP's structured content is always one). A replay
@@ -39,14 +41,24 @@
 //! count as the next step, and a retried refund would be a second refund. A step is always
 //! within the call's run, so naming one reaches no other client's records.
 //!
-//! The tenant is the server's ([`McpServer::with_tenant`]), never the client's: records are kept per
-//! tenant, and a tenant a client could name would let it read another's.
+//! The tenant is the server's ([`McpServer::with_tenant`]) — over HTTP, the authenticated
+//! principal's — never the client's: records are kept per tenant, and a tenant a client could
+//! name would let it read another's.
+//!
+//! # Progress
+//!
+//! A request whose `_meta` carries a `progressToken` gets a `notifications/progress` for each
+//! [`ctx.progress(..)`](ToolContext::progress) its tool's body makes, in order, before the
+//! result.
 
-// `McpServer` exists with feature `mcp` only; the docs name it either way.
-#![cfg_attr(not(feature = "mcp"), allow(rustdoc::broken_intra_doc_links))]
+// `McpServer` exists with feature `mcp` only, `http` with `mcp-http`; the docs name them either way.
+#![cfg_attr(not(feature = "mcp-http"), allow(rustdoc::broken_intra_doc_links))]
 
 #[cfg(feature = "mcp")]
 mod server;
+
+#[cfg(feature = "mcp-http")]
+pub mod http;
 
 #[cfg(feature = "mcp")]
 pub use server::McpServer;

@@ -6,7 +6,7 @@
 //! | OpenAI Chat Completions | a `tool_calls` entry | `{"role": "tool", "tool_call_id", "content"}` | [`openai`] |
 //! | OpenAI Responses | a `function_call` item | a `function_call_output` item | [`openai`] |
 //! | Anthropic Messages | a `tool_use` block | a `tool_result` block with `is_error` | [`anthropic`] |
-//! | MCP | `tools/call` params | a `CallToolResult`; with feature `mcp`, a whole server | [`mcp`] |
+//! | MCP | `tools/call` params | a `CallToolResult`; with feature `mcp`, a whole server (stdio), with `mcp-http` over HTTP | [`mcp`] |
 //!
 //! Every call goes through [`Toolbox::call`], so keys, replays, `IN_PROGRESS` and `CONFLICT`
 //! hold whichever API the model speaks. A malformed call (arguments that are not JSON, no tool

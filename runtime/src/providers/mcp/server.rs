@@ -5,14 +5,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
 use super::{call_tool_result, context_from_meta, handle_tools_call, ClientRunIds};
-use crate::Toolbox;
+use crate::{ToolContext, Toolbox};
 
 /// A toolbox served over MCP: `tools/list` from its definitions (annotations included),
 /// `tools/call` through [`Toolbox::call`], so keys, replays, `IN_PROGRESS` and `CONFLICT` hold
@@ -38,6 +38,10 @@ pub struct McpServer {
     instructions: Option<String>,
     client_run_ids: ClientRunIds,
     session_run_id: Mutex<Option<Arc<str>>>,
+    /// Over HTTP: every request carries the [`Principal`](super::http::Principal) its
+    /// credentials proved, which fixes the tenant and scopes client-named run ids.
+    #[cfg(feature = "mcp-http")]
+    authenticated: bool,
 }
 
 impl McpServer {
@@ -50,7 +54,29 @@ impl McpServer {
             instructions: None,
             client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
+            #[cfg(feature = "mcp-http")]
+            authenticated: false,
         }
+    }
+
+    /// A server for one HTTP session: the same toolbox and settings, its own session, every
+    /// call's tenant and run scope from the request's principal.
+    #[cfg(feature = "mcp-http")]
+    pub(super) fn authenticated_session(&self) -> Self {
+        McpServer {
+            toolbox: self.toolbox.clone(),
+            tenant: None,
+            info: self.info.clone(),
+            instructions: self.instructions.clone(),
+            client_run_ids: ClientRunIds::Refused,
+            session_run_id: Mutex::new(None),
+            authenticated: true,
+        }
+    }
+
+    #[cfg(feature = "mcp-http")]
+    pub(super) fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
     }
 
     /// The tenant every call runs for (`ctx.tenant`); none when not set.
@@ -102,6 +128,20 @@ impl McpServer {
         quit.map(drop)
     }
 
+    /// The tenant of a call and the policy for the run ids it names: the server's, or over HTTP
+    /// those of the request's principal.
+    fn call_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Option<String>, ClientRunIds), ErrorData> {
+        #[cfg(feature = "mcp-http")]
+        if self.authenticated {
+            return principal_scope(context);
+        }
+        let _ = context;
+        Ok((self.tenant.clone(), self.client_run_ids.clone()))
+    }
+
     /// The session's run id: made at `initialize`, or at the first call of a client that skips it.
     fn run_id(&self, fresh: bool) -> Arc<str> {
         let mut session = self
@@ -119,6 +159,55 @@ fn internal(message: String) -> ErrorData {
     ErrorData::internal_error(message, None)
 }
 
+/// The tenant and the run-id policy of one call over HTTP, from the principal the
+/// authentication layer put on the request; an error, and nothing runs, without one.
+#[cfg(feature = "mcp-http")]
+fn principal_scope(
+    context: &RequestContext<RoleServer>,
+) -> Result<(Option<String>, ClientRunIds), ErrorData> {
+    let principal = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::http::Principal>())
+        .ok_or_else(|| {
+            // Only a router assembled without toolkey's authentication layer gets here.
+            ErrorData::invalid_request("the request is not authenticated", None)
+        })?;
+    Ok((
+        Some(principal.tenant().to_string()),
+        ClientRunIds::Principal(principal.id().to_string()),
+    ))
+}
+
+/// How long a body's `ctx.progress(..)` waits for its notification to be taken.
+const PROGRESS_SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `ctx.progress(..)` as `notifications/progress` to the client, when its request asked for
+/// them with a `progressToken`.
+fn with_progress(ctx: ToolContext, context: &RequestContext<RoleServer>) -> ToolContext {
+    let Some(token) = context.meta.get_progress_token() else {
+        return ctx;
+    };
+    let peer = context.peer.clone();
+    ctx.with_progress(Arc::new(move |done, total, message| {
+        let peer = peer.clone();
+        let mut param = ProgressNotificationParam::new(token.clone(), done);
+        param.total = total;
+        param.message = message;
+        Box::pin(async move {
+            // A client that went away, or reads too slowly, misses its progress: the body goes on.
+            let sent = tokio::time::timeout(PROGRESS_SEND_LIMIT, peer.notify_progress(param));
+            match sent.await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "toolkey: a progress notification was not sent")
+                }
+                Err(_) => tracing::debug!("toolkey: a progress notification was dropped"),
+            }
+        })
+    }))
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -134,6 +223,7 @@ impl ServerHandler for McpServer {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
+        self.call_scope(&context)?;
         context.peer.set_peer_info(request.clone());
         self.run_id(true);
         self.negotiate_initialize(&request)
@@ -163,14 +253,16 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let (tenant, client_run_ids) = self.call_scope(&context)?;
         let run_id = self.run_id(false);
         let meta: &Map<String, Value> = &context.meta;
-        let reply = match context_from_meta(Some(meta), &run_id, &self.client_run_ids) {
+        let reply = match context_from_meta(Some(meta), &run_id, &client_run_ids) {
             Ok(ctx) => {
-                let ctx = match &self.tenant {
-                    Some(tenant) => ctx.with_tenant(tenant.clone()),
+                let ctx = match tenant {
+                    Some(tenant) => ctx.with_tenant(tenant),
                     None => ctx,
                 };
+                let ctx = with_progress(ctx, &context);
                 let params =
                     serde_json::json!({"name": request.name, "arguments": request.arguments});
                 handle_tools_call(&self.toolbox, &params, &ctx).await

@@ -1,0 +1,412 @@
+//! A toolbox served over MCP's streamable HTTP transport, behind authentication (feature
+//! `mcp-http`).
+//!
+//! Every HTTP request passes the [`Authenticator`] first. One that proves nothing is answered
+//! `401 Unauthorized` (or `403 Forbidden`, as the authenticator says) before the MCP layer reads
+//! it, so nothing runs for a caller nobody vouched for. One that proves a [`Principal`] runs as
+//! that principal:
+//!
+//! - **Tenant.** The principal fixes the tenant of every call it makes (`ctx.tenant`), and
+//!   records are kept per tenant: no client can choose, change or reach another tenant.
+//! - **Run ids.** A run id or event id a client names in `_meta` (`toolkey/run_id`,
+//!   `toolkey/event_id`) is accepted and scoped to the principal
+//!   ([`ClientRunIds::Principal`](super::ClientRunIds::Principal)): a client that reconnects
+//!   and names its run again continues it — its retry replays — and a principal naming another
+//!   principal's run id names a run of its own. Calls that name no run share their session's
+//!   run, as over stdio.
+//! - **Sessions.** An MCP session belongs to the principal that opened it: a request of another
+//!   principal naming its session id is answered `404 Not Found`, as for a session that does not
+//!   exist, so nobody else can call, listen on or close it.
+//! - **Progress.** [`ToolContext::progress`](crate::ToolContext::progress) sends
+//!   `notifications/progress` to a client that asked for them, on the request's own stream.
+//!
+//! ```no_run
+//! use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
+//! use toolkey::Toolbox;
+//!
+//! # async fn serve(toolbox: Toolbox) -> std::io::Result<()> {
+//! let mcp = McpHttp::new(toolbox, |request: &Parts| {
+//!     match bearer_token(request) {
+//!         // Look the token up in your own user store; the principal's tenant keeps its records.
+//!         Some("secret-of-acme") => Ok(Principal::new("user-17").with_tenant("acme")),
+//!         _ => Err(Refusal::unauthenticated("a valid bearer token is required")),
+//!     }
+//! });
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! // Serves until the second future completes: a shutdown signal, here never.
+//! mcp.serve(listener, std::future::pending()).await
+//! # }
+//! ```
+//!
+//! [`McpHttp::router`] gives the same endpoint as an axum [`Router`] to mount in an app of your
+//! own (`Router::new().nest("/mcp", mcp.router())`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use http::{header, HeaderValue, Method, StatusCode};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use super::McpServer;
+use crate::Toolbox;
+
+/// A request's method, URI, headers and extensions, as an [`Authenticator`] sees them (the
+/// `http` crate's `request::Parts`).
+pub use http::request::Parts;
+
+/// Who a request's credentials proved the caller to be: an id that scopes the run ids it names,
+/// and the tenant its calls run for.
+///
+/// ```
+/// use toolkey::providers::mcp::http::Principal;
+///
+/// let alice = Principal::new("alice");
+/// assert_eq!((alice.id(), alice.tenant()), ("alice", "alice"));
+/// // Two users of one customer account share its records, and each keeps its own runs.
+/// let bob = Principal::new("bob").with_tenant("acme");
+/// assert_eq!((bob.id(), bob.tenant()), ("bob", "acme"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    id: Arc<str>,
+    tenant: Arc<str>,
+}
+
+impl Principal {
+    /// The principal `id`, which is also its tenant.
+    ///
+    /// The id must identify the caller: two callers given one id share their runs.
+    pub fn new(id: impl Into<String>) -> Self {
+        let id: Arc<str> = Arc::from(id.into());
+        Principal {
+            tenant: id.clone(),
+            id,
+        }
+    }
+
+    /// Calls run for `tenant` instead of a tenant of the principal's own, so the principals of
+    /// one account share its records (a business key such as `invoice:<customer>:<period>`
+    /// names one action for all of them); run ids stay the principal's own.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Arc::from(tenant.into());
+        self
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+}
+
+/// Why a request was not let in: `401 Unauthorized` with a `WWW-Authenticate: Bearer`
+/// challenge, or `403 Forbidden`, with a JSON body that names the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    /// No credentials, or credentials that prove nothing: `401 Unauthorized`.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+        }
+    }
+
+    /// Valid credentials of a caller that may not use this server: `403 Forbidden`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status the request is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The reason, as the client reads it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let code = if self.status == StatusCode::FORBIDDEN {
+            "FORBIDDEN"
+        } else {
+            "UNAUTHENTICATED"
+        };
+        let body = serde_json::json!({"error": {"code": code, "message": self.message}});
+        let mut response = (
+            self.status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body.to_string(),
+        )
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Turns a request's credentials into the [`Principal`] it runs as, or refuses it.
+///
+/// It sees the request's method, URI and headers (the body is not read yet). A closure
+/// `Fn(&Parts) -> Result<Principal, Refusal>` is an authenticator; implement the
+/// trait for one that awaits (a token introspection endpoint, a database).
+#[async_trait]
+pub trait Authenticator: Send + Sync + 'static {
+    /// The principal the request's credentials prove, or why it is refused.
+    async fn authenticate(&self, request: &Parts) -> Result<Principal, Refusal>;
+}
+
+#[async_trait]
+impl<F> Authenticator for F
+where
+    F: Fn(&Parts) -> Result<Principal, Refusal> + Send + Sync + 'static,
+{
+    async fn authenticate(&self, request: &Parts) -> Result<Principal, Refusal> {
+        self(request)
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header; `None` without one.
+///
+/// ```
+/// use toolkey::providers::mcp::http::bearer_token;
+///
+/// let (parts, ()) = http::Request::builder()
+///     .header("authorization", "Bearer tok-1")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// assert_eq!(bearer_token(&parts), Some("tok-1"));
+/// ```
+pub fn bearer_token(request: &Parts) -> Option<&str> {
+    let value = request.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A toolbox served over MCP's streamable HTTP transport, every request authenticated first.
+/// See the [module docs](self) for what a principal decides.
+pub struct McpHttp {
+    server: McpServer,
+    authenticator: Arc<dyn Authenticator>,
+    allowed_hosts: Option<Vec<String>>,
+    shutdown: CancellationToken,
+}
+
+impl McpHttp {
+    /// Serves `toolbox` to the callers `authenticator` lets in.
+    pub fn new(toolbox: Toolbox, authenticator: impl Authenticator) -> Self {
+        McpHttp {
+            server: McpServer::new(toolbox),
+            authenticator: Arc::new(authenticator),
+            allowed_hosts: None,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// The name and version the server gives clients at `initialize`.
+    pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.server = self.server.with_server_info(name, version);
+        self
+    }
+
+    /// Instructions for the model, sent to clients at `initialize`.
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.server = self.server.with_instructions(instructions);
+        self
+    }
+
+    /// The host names (or `host:port`) the server answers to, checked against each request's
+    /// `Host` header so that a web page cannot reach a server on a private network by DNS
+    /// rebinding. Loopback names only (`localhost`, `127.0.0.1`, `::1`) when not set: a public
+    /// deployment names its own, `["mcp.example.com"]`.
+    pub fn with_allowed_hosts(
+        mut self,
+        hosts: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.allowed_hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The endpoint as an axum router answering MCP on every path it is given, the
+    /// authentication layer included; mount it where your app wants it:
+    /// `Router::new().nest("/mcp", mcp.router())`.
+    ///
+    /// Each router keeps its own sessions. Open sessions end when a client closes them or goes
+    /// idle; [`serve`](Self::serve) also closes them on shutdown, and an app serving the router
+    /// itself waits for their streams in a graceful shutdown. Call
+    /// [`Toolbox::shutdown`] after serving, so bodies still running finish.
+    pub fn router(&self) -> Router {
+        let mut config = StreamableHttpServerConfig::default()
+            .with_cancellation_token(self.shutdown.child_token());
+        if let Some(hosts) = &self.allowed_hosts {
+            config = config.with_allowed_hosts(hosts.clone());
+        }
+        let template = Arc::new(self.server.authenticated_session());
+        let sessions = Arc::new(LocalSessionManager::default());
+        let service = StreamableHttpService::new(
+            move || Ok(template.authenticated_session()),
+            sessions.clone(),
+            config,
+        );
+        let gate = Arc::new(Gate {
+            authenticator: self.authenticator.clone(),
+            sessions,
+            owners: Mutex::default(),
+        });
+        Router::new()
+            .fallback_service(service)
+            .layer(axum::middleware::from_fn_with_state(gate, authenticate))
+    }
+
+    /// Serves the endpoint at `/mcp` on `listener` until `shutdown` completes, then closes the
+    /// open sessions and waits for tool bodies still running (see [`Toolbox::shutdown`]).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = Router::new().nest("/mcp", self.router());
+        let sessions = self.shutdown.clone();
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                // Open SSE streams end with their sessions, so the graceful shutdown can finish.
+                sessions.cancel();
+            })
+            .await;
+        // Each write the store did not take is logged by the shutdown itself.
+        let _ = self.server.toolbox().shutdown().await;
+        served
+    }
+}
+
+/// The header that names a request's MCP session.
+const SESSION_ID: &str = "mcp-session-id";
+
+/// What every request passes before the MCP layer: the authenticator, and which principal
+/// opened each live session.
+struct Gate {
+    authenticator: Arc<dyn Authenticator>,
+    sessions: Arc<LocalSessionManager>,
+    owners: Mutex<Owners>,
+}
+
+/// The principal of each session this endpoint opened, and the size at which ended sessions are
+/// next swept out.
+#[derive(Default)]
+struct Owners {
+    by_session: HashMap<String, Arc<str>>,
+    sweep_at: usize,
+}
+
+impl Gate {
+    fn owner(&self, session: &str) -> Option<Arc<str>> {
+        let owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        owners.by_session.get(session).cloned()
+    }
+
+    async fn opened(&self, session: String, principal: &Principal) {
+        let sweep = {
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            owners.by_session.insert(session, Arc::from(principal.id()));
+            owners.by_session.len() > owners.sweep_at
+        };
+        if sweep {
+            // Sessions end without a DELETE too (idle, dropped): forget those rmcp forgot.
+            let live = self.sessions.sessions.read().await;
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            owners
+                .by_session
+                .retain(|session, _| live.contains_key(session.as_str()));
+            owners.sweep_at = (owners.by_session.len() * 2).max(64);
+        }
+    }
+
+    fn closed(&self, session: &str) {
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        owners.by_session.remove(session);
+    }
+}
+
+/// The authentication layer: the request's principal into its extensions, where the MCP server
+/// reads it for every call, or the refusal as the response. A request naming a session only
+/// reaches it when its principal opened it: any other is told the session does not exist, so a
+/// session id that leaks lets no one else call, listen on or close the session.
+async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    // Whatever an earlier layer put there, only what this authenticator proves counts.
+    parts.extensions.remove::<Principal>();
+    let principal = match gate.authenticator.authenticate(&parts).await {
+        Ok(principal) => principal,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let session = match parts.headers.get(SESSION_ID) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(session) if gate.owner(session).as_deref() == Some(principal.id()) => {
+                Some(session.to_string())
+            }
+            _ => return session_not_found(),
+        },
+    };
+    let closing = parts.method == Method::DELETE;
+    parts.extensions.insert(principal.clone());
+    let response = next.run(Request::from_parts(parts, body)).await;
+    match session {
+        None => {
+            let opened = response.headers().get(SESSION_ID);
+            if let Some(opened) = opened.and_then(|value| value.to_str().ok()) {
+                gate.opened(opened.to_string(), &principal).await;
+            }
+        }
+        Some(session) if closing && response.status().is_success() => gate.closed(&session),
+        Some(_) => {}
+    }
+    response
+}
+
+/// What MCP's streamable HTTP transport answers for a session it does not know: the client
+/// starts a session of its own.
+fn session_not_found() -> Response {
+    let body = serde_json::json!({"error": {"code": "SESSION_NOT_FOUND",
+        "message": "no such MCP session: start a session of your own with `initialize`"}});
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
+}
