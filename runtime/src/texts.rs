@@ -130,6 +130,7 @@ pub(crate) fn missing_context(field: &str) -> ToolError {
 }
 
 /// An agent framework ran a tool without the run context the program should have passed.
+#[cfg(feature = "rig")]
 pub(crate) fn no_run_context() -> ToolError {
     ToolError::new(
         ErrorCode::MissingContext,
@@ -513,6 +514,7 @@ mod tests {
             control_character("customer", false),
             control_character("tenant", true),
             missing_context("step"),
+            #[cfg(feature = "rig")]
             no_run_context(),
             bad_meta("toolkey/step", "a non-negative integer"),
             client_run_id_refused("RUN_ID_NOT_ACCEPTED", "toolkey/run_id"),
