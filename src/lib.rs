@@ -39,6 +39,7 @@
 //! The [README](https://github.com/toolkey-rs/toolkey#readme) walks through a complete program
 //! (`examples/quickstart.rs`), the `[dependencies]` it needs, and a checklist for choosing each
 //! tool's story.
+#![warn(missing_docs)]
 
 #[doc(inline)]
 pub use toolkey_macros::{data, tool, KeyPart};

@@ -3,6 +3,7 @@
 //! The macro parses the attribute and the fn (`tool::attr`, `tool::model`), validates them
 //! together (`tool::check`), and writes the code (`tool::expand`). It depends on no runtime
 //! crate: generated code names `::toolkey::__private` (or the `crate = "..."` override).
+#![warn(missing_docs)]
 
 use proc_macro::TokenStream;
 

@@ -3,6 +3,7 @@
 //! model reads.
 //!
 //! Users depend on the `toolkey` crate, which re-exports this one.
+#![warn(missing_docs)]
 
 // The modules in layers, each using only those listed before it (doc links aside), so a
 // maintainer can read the runtime from the bottom up:
