@@ -1,24 +1,32 @@
 //! The server stores next to the same server work written directly with the client crates, so the
 //! stores' own overhead reads as a ratio.
 //!
-//! For each of PostgreSQL and Redis: the reserve and complete of a fresh key, and the get of a
-//! completed key; once through the store, once as the same statements (PostgreSQL: a prepared
-//! `INSERT ... RETURNING` and `UPDATE`, each on a client from a deadpool pool) or the same
-//! `EVALSHA` calls (Redis, on a `ConnectionManager`). The direct statements and scripts mirror
-//! those in `runtime/src/store/{postgres,redis}.rs`.
+//! For each of PostgreSQL and Redis: the reserve and complete of a fresh key, the get of a
+//! completed key, and a replay (a reserve that meets the completed key); once through the store,
+//! once as the same statements (PostgreSQL: the prepared reserve statement and `UPDATE`, each on
+//! a client from a deadpool pool) or the same `EVALSHA` calls (Redis, on a `ConnectionManager`).
+//! The direct statements and scripts mirror those in `runtime/src/store/{postgres,redis}.rs`; a
+//! replay is compared with the direct get, the least a replay can cost. For SQLite: the store
+//! against raw rusqlite on the same file at the same durability (WAL, `synchronous = FULL`), the
+//! raw side called inline, without the blocking-pool hop the store makes: the floor.
 //!
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
 //! `cargo bench -p toolkey-tests --features postgres,redis --bench stores`.
 //!
 //! One run on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
-//! 20 samples; differences within a few percent are noise there):
+//! 20 samples; each group's rows side by side in one run; differences within a few percent are
+//! noise there):
 //!
-//! | operation                 | store    | direct   | store / direct |
-//! |---------------------------|----------|----------|----------------|
-//! | postgres reserve+complete | 922 µs   | 898 µs   | 1.03           |
-//! | postgres get              | 124 µs   | 152 µs   | 0.82           |
-//! | redis reserve+complete    | 363 µs   | 369 µs   | 0.98           |
-//! | redis get                 | 147 µs   | 154 µs   | 0.95           |
+//! | operation                          | store    | direct   | store / direct |
+//! |------------------------------------|----------|----------|----------------|
+//! | postgres reserve+complete          | 568 µs   | 531 µs   | 1.07           |
+//! | postgres get                       | 109 µs   | 102 µs   | 1.07           |
+//! | postgres replay (direct: get)      | 151 µs   | 102 µs   | 1.48           |
+//! | redis reserve+complete             | 200 µs   | 195 µs   | 1.03           |
+//! | redis get                          | 90 µs    | 89 µs    | 1.01           |
+//! | redis replay (direct: get)         | 113 µs   | 89 µs    | 1.27           |
+//! | sqlite reserve+complete            | 391 µs   | 273 µs   | 1.43           |
+//! | sqlite replay (direct: the SELECT) | 28.6 µs  | 2.6 µs   | 11             |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,7 +37,9 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use serde_json::json;
 use tokio_postgres::NoTls;
-use toolkey::store::{Outcome, PostgresStore, RecordKey, RedisStore, Reservation, Store, Token};
+use toolkey::store::{
+    Outcome, PostgresStore, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
+};
 use toolkey::Fingerprint;
 
 const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -41,15 +51,29 @@ const RETAIN_MS: i64 = 1_000;
 const NOW: &str = "date_trunc('milliseconds', now())";
 
 fn pg_reserve() -> String {
+    let ms = |c: &str| format!("(extract(epoch FROM {c}) * 1000)::int8");
     format!(
-        "INSERT INTO toolkey_records AS r (tenant, key, state, token, fingerprint, since, lease_until)
-         VALUES ($1, $2, 'in_progress', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
-         ON CONFLICT (tenant, key) DO UPDATE SET
-             state = EXCLUDED.state, token = EXCLUDED.token, fingerprint = EXCLUDED.fingerprint,
-             since = EXCLUDED.since, lease_until = EXCLUDED.lease_until, outcome = NULL,
-             completed_at = NULL, expires_at = NULL
-         WHERE r.state = 'completed' AND r.expires_at <= {NOW}
-         RETURNING r.token"
+        "WITH reserved AS (
+             INSERT INTO toolkey_records AS r (tenant, key, state, token, fingerprint, since, lease_until)
+             VALUES ($1, $2, 'in_progress', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+             ON CONFLICT (tenant, key) DO UPDATE SET
+                 state = EXCLUDED.state, token = EXCLUDED.token, fingerprint = EXCLUDED.fingerprint,
+                 since = EXCLUDED.since, lease_until = EXCLUDED.lease_until, outcome = NULL,
+                 completed_at = NULL, expires_at = NULL
+             WHERE r.state = 'completed' AND r.expires_at <= {NOW}
+             RETURNING 1
+         )
+         SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
+                NULL::text, NULL::int8, NULL::int8, NULL::int8
+         FROM reserved
+         UNION ALL
+         SELECT false, state, token, fingerprint, {}, {}, outcome, {}, {}, {}
+         FROM toolkey_records WHERE tenant = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM reserved)",
+        ms("since"),
+        ms("lease_until"),
+        ms("completed_at"),
+        ms("expires_at"),
+        ms(NOW)
     )
 }
 
@@ -229,6 +253,12 @@ fn stores(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| async { assert!(pg.get(&done).await.unwrap().is_some()) })
     });
+    group.bench_function("replay/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let answer = pg.reserve(&done, &fp, &Token::generate(), lease).await;
+            assert!(matches!(answer, Ok(Reservation::Existing(_))));
+        })
+    });
     group.bench_function("get/direct", |b| {
         b.to_async(&rt).iter(|| async {
             let client = pool.get().await.unwrap();
@@ -312,6 +342,14 @@ fn stores(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| async { assert!(redis_store.get(&done).await.unwrap().is_some()) })
     });
+    group.bench_function("replay/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let answer = redis_store
+                .reserve(&done, &fp, &Token::generate(), lease)
+                .await;
+            assert!(matches!(answer, Ok(Reservation::Existing(_))));
+        })
+    });
     group.bench_function("get/direct", |b| {
         b.to_async(&rt).iter(|| async {
             let reply: Vec<Option<Vec<u8>>> = get
@@ -320,6 +358,92 @@ fn stores(c: &mut Criterion) {
                 .await
                 .unwrap();
             assert_eq!(reply[0].as_deref(), Some(&b"record"[..]));
+        })
+    });
+    group.finish();
+
+    // SQLite: the store against raw rusqlite on the same file, at the same durability (WAL,
+    // synchronous = FULL), the raw side with no blocking-pool hop: the floor.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let lite = SqliteStore::open(&path).unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.pragma_update(None, "journal_mode", "WAL").unwrap();
+    raw.pragma_update(None, "synchronous", "FULL").unwrap();
+    rt.block_on(async {
+        let Reservation::Reserved(token) = lite
+            .reserve(&done, &fp, &Token::generate(), lease)
+            .await
+            .unwrap()
+        else {
+            panic!("the bench's key is taken")
+        };
+        assert!(lite
+            .complete(&done, &token, &outcome, retain_long)
+            .await
+            .unwrap());
+    });
+    let mut group = c.benchmark_group("sqlite");
+    group.bench_function("reserve+complete/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let key = RecordKey::new(tenant.clone(), fresh(&n));
+            let Reservation::Reserved(token) = lite
+                .reserve(&key, &fp, &Token::generate(), lease)
+                .await
+                .unwrap()
+            else {
+                panic!("fresh key taken")
+            };
+            assert!(lite.complete(&key, &token, &outcome, retain).await.unwrap());
+        })
+    });
+    group.bench_function("reserve+complete/direct", |b| {
+        b.iter(|| {
+            let (key, token) = (fresh(&n), Token::generate());
+            let now = 1_000_000_i64;
+            raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let inserted = raw
+                .prepare_cached(
+                    "INSERT INTO toolkey_records (state, token, fingerprint, since_ms, lease_until_ms,
+                         outcome, completed_at_ms, expires_at_ms, tenant, key)
+                     VALUES ('in_progress', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
+                     ON CONFLICT (tenant, key) DO NOTHING",
+                )
+                .unwrap()
+                .execute(rusqlite::params![tenant, key, token.as_str(), fp_hex, now, now + LEASE_MS])
+                .unwrap();
+            raw.execute_batch("COMMIT").unwrap();
+            assert_eq!(inserted, 1);
+            raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let changed = raw
+                .prepare_cached(
+                    "UPDATE toolkey_records SET state = 'completed', outcome = ?4,
+                         completed_at_ms = ?5, expires_at_ms = ?6
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = 'in_progress'",
+                )
+                .unwrap()
+                .execute(rusqlite::params![tenant, key, token.as_str(), outcome_text, now, now + RETAIN_MS])
+                .unwrap();
+            raw.execute_batch("COMMIT").unwrap();
+            assert_eq!(changed, 1);
+        })
+    });
+    group.bench_function("replay/store", |b| {
+        b.to_async(&rt).iter(|| async {
+            let answer = lite.reserve(&done, &fp, &Token::generate(), lease).await;
+            assert!(matches!(answer, Ok(Reservation::Existing(_))));
+        })
+    });
+    group.bench_function("replay/direct", |b| {
+        b.iter(|| {
+            let outcome: Option<String> = raw
+                .prepare_cached(
+                    "SELECT outcome FROM toolkey_records WHERE tenant = ?1 AND key = ?2",
+                )
+                .unwrap()
+                .query_row(rusqlite::params![tenant, "done"], |row| row.get(0))
+                .unwrap();
+            assert!(outcome.is_some());
         })
     });
     group.finish();

@@ -561,21 +561,27 @@ impl Sql {
                  );
                  CREATE INDEX {index} ON {t} (expires_at) WHERE state = '{COMPLETED}';"
             ),
-            // One round trip whatever the answer: the insert (or the takeover of an expired
-            // record), else the record in the way, read in the same statement. The read sees the
-            // statement's snapshot, so a record committed by another call after it began is not
-            // there: no row, and the caller reads again.
+            // One round trip whatever the answer: the takeover of an expired record or the
+            // insert of a new one, else the record in the way, read in the same statement. A
+            // live record is neither locked nor written (no transaction id, no WAL flush): a
+            // replay costs a read. The read sees the statement's snapshot, so a record committed
+            // by another call after it began is not there: no row, and the caller reads again.
             reserve: format!(
-                "WITH reserved AS (
-                     INSERT INTO {t} AS r (tenant, key, state, token, fingerprint, since, lease_until)
-                     VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
-                     ON CONFLICT (tenant, key) DO UPDATE SET
-                         state = EXCLUDED.state, token = EXCLUDED.token,
-                         fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since,
-                         lease_until = EXCLUDED.lease_until, outcome = NULL,
-                         completed_at = NULL, expires_at = NULL
-                     WHERE r.state = '{COMPLETED}' AND r.expires_at <= {NOW}
+                "WITH expired AS (
+                     UPDATE {t} SET
+                         state = '{IN_PROGRESS}', token = $3, fingerprint = $4, since = {NOW},
+                         lease_until = {NOW} + $5::int8 * interval '1 millisecond',
+                         outcome = NULL, completed_at = NULL, expires_at = NULL
+                     WHERE tenant = $1 AND key = $2
+                       AND state = '{COMPLETED}' AND expires_at <= {NOW}
                      RETURNING 1
+                 ), inserted AS (
+                     INSERT INTO {t} (tenant, key, state, token, fingerprint, since, lease_until)
+                     VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+                     ON CONFLICT (tenant, key) DO NOTHING
+                     RETURNING 1
+                 ), reserved AS (
+                     SELECT 1 FROM expired UNION ALL SELECT 1 FROM inserted
                  )
                  SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
                         NULL::text, NULL::int8, NULL::int8, NULL::int8
