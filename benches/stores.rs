@@ -13,7 +13,7 @@
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
 //! `cargo bench -p toolkey-tests --features postgres,redis --bench stores`.
 //!
-//! One run on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
+//! One run on 2026-11-30 on the 2-core development machine (PostgreSQL 15 and Redis 7.0 on loopback; median of
 //! 20 samples; each group's rows side by side in one run; differences within a few percent are
 //! noise there):
 //!
