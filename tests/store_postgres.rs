@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use toolkey::store::{Outcome, PostgresStore, RecordKey, Reservation, Store, StoreError, Token};
+use toolkey::store::{
+    Outcome, PostgresStore, Record, RecordKey, Reservation, Store, StoreError, Token,
+};
 use toolkey::Fingerprint;
 
 const VAR: &str = "TOOLKEY_POSTGRES_URL";
@@ -225,4 +227,57 @@ async fn terminated_backends_are_replaced() {
     // The next calls may still meet a terminated connection (at most one failure for each),
     // after that every call succeeds on the same store.
     servers::recovers(&store, 8, 4).await;
+}
+
+/// A replay reads without locking, and an expired record is taken over by an `UPDATE` beside the
+/// insert: callers racing for one expired record (or for a free key) still get one reservation
+/// between them, and every other caller the record that won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_reserves_of_an_expired_record_give_one_token() {
+    let Some(url) = server().await else { return };
+    let store = Arc::new(
+        PostgresStore::builder(&url)
+            .pool_size(16)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    for round in 0..5 {
+        let k = key(&format!("expired-{round}"));
+        let Reservation::Reserved(token) = store
+            .reserve(&k, &fp(), &Token::generate(), Duration::from_secs(30))
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh key is free")
+        };
+        let outcome = Outcome::Ok(json!("first"));
+        assert!(store
+            .complete(&k, &token, &outcome, Duration::from_millis(1))
+            .await
+            .unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let racers: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, k) = (store.clone(), k.clone());
+                tokio::spawn(async move {
+                    store
+                        .reserve(&k, &fp(), &Token::generate(), Duration::from_secs(30))
+                        .await
+                })
+            })
+            .collect();
+        let mut reserved = 0;
+        for racer in racers {
+            match racer.await.unwrap().unwrap() {
+                Reservation::Reserved(_) => reserved += 1,
+                Reservation::Existing(Record::InProgress { .. }) => {}
+                other => panic!("round {round}: a racer saw {other:?}"),
+            }
+        }
+        assert_eq!(
+            reserved, 1,
+            "round {round}: one reservation of the expired record"
+        );
+    }
 }
