@@ -788,6 +788,8 @@ mod tests {
         assert_eq!(sql.versions, "\"agents\".toolkey_schema_version");
         assert!(sql
             .reserve
-            .contains("INSERT INTO \"agents\".\"calls\" AS r"));
+            .contains("INSERT INTO \"agents\".\"calls\" (tenant"));
+        assert!(sql.reserve.contains("UPDATE \"agents\".\"calls\" SET"));
+        assert!(sql.read.contains("FROM \"agents\".\"calls\" WHERE"));
     }
 }
