@@ -202,19 +202,19 @@ impl Recorder {
         token: &Token,
         write: Write,
         renewal: Option<Renewal>,
-        what: &str,
+        what: What<'_>,
     ) -> (Landed, Write) {
         let first = write.apply(&**store, rkey, token).await;
         let error = match first {
             Ok(landed) => {
                 if landed == Landed::TakenOver {
-                    tracing::error!(what, key = %log_hash(&rkey.key), write = write.what(), "the reservation was taken over after its lease lapsed: this call's {} was not written", write.what());
+                    tracing::error!(what = %what, key = %log_hash(&rkey.key), write = write.what(), "the reservation was taken over after its lease lapsed: this call's {} was not written", write.what());
                 }
                 return (landed, write);
             }
             Err(e) => e,
         };
-        tracing::warn!(what, key = %log_hash(&rkey.key), error = %error, "the store did not take the {}; retrying it until it does", write.what());
+        tracing::warn!(what = %what, key = %log_hash(&rkey.key), error = %error, "the store did not take the {}; retrying it until it does", write.what());
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(
             id,
@@ -282,7 +282,7 @@ pub(crate) async fn unreserve(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
     token: &Token,
-    what: &str,
+    what: What<'_>,
 ) {
     let mut wait = FIRST_RETRY;
     for _ in 0..3 {
@@ -297,6 +297,31 @@ pub(crate) async fn unreserve(
         .await;
 }
 
+/// What holds a reservation, named for logs and texts: the tool, or one of its steps with the
+/// step key's short hash. Formatted only when a log line or an answer needs it, so the call
+/// path neither allocates the name nor hashes the key.
+#[derive(Clone, Copy)]
+pub(crate) enum What<'a> {
+    /// A tool's call: `` `send_invoice` ``.
+    Tool(&'a str),
+    /// A step of a tool's call: `` step `email` (key hash 1f2e…) ``.
+    Step {
+        /// The step's name.
+        step: &'a str,
+        /// The step's record key (never shown; its hash is).
+        key: &'a str,
+    },
+}
+
+impl std::fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            What::Tool(name) => write!(f, "`{name}`"),
+            What::Step { step, key } => write!(f, "step `{step}` (key hash {})", log_hash(key)),
+        }
+    }
+}
+
 /// What a caught panic carries; never read (see [`panicked`]).
 pub(crate) type Panic = Box<dyn std::any::Any + Send>;
 
@@ -307,7 +332,7 @@ pub(crate) struct Holder<'a> {
     pub(crate) rkey: &'a RecordKey,
     pub(crate) token: &'a Token,
     /// What holds it, for logs and texts: the tool or the tool's step, never a key.
-    pub(crate) what: &'a str,
+    pub(crate) what: What<'a>,
 }
 
 impl Holder<'_> {
@@ -406,7 +431,7 @@ pub(crate) async fn record_outcome(
 
 /// A panic's answer. The panic itself is dropped here, unread: its message can hold argument
 /// values, and the panic hook has already printed it where the process logs.
-pub(crate) fn panicked(what: &str, part: &str, panic: Panic) -> ToolError {
+pub(crate) fn panicked(what: What<'_>, part: &str, panic: Panic) -> ToolError {
     drop(panic);
     texts::panicked(what, part)
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::lease::{drive, settle, unreserve, Holder, Recorder};
+use crate::lease::{drive, settle, unreserve, Holder, Recorder, What};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
 
@@ -90,7 +90,10 @@ impl OnceScope {
         }
         let key = self.key.step_key(step);
         let rkey = RecordKey::new(tenant, key.as_str());
-        let what = format!("step `{step}` (key hash {})", key.for_logs());
+        let what = What::Step {
+            step,
+            key: key.as_str(),
+        };
         let token = loop {
             let token = Token::generate();
             let reservation = match self
@@ -102,7 +105,7 @@ impl OnceScope {
                 Err(e) => {
                     // The reserve may have been applied with its reply lost: free it, so the
                     // step did not run and its key stays usable.
-                    unreserve(&self.recorder, &self.store, &rkey, &token, &what).await;
+                    unreserve(&self.recorder, &self.store, &rkey, &token, what).await;
                     return Err(e.step_refusal(step));
                 }
             };
@@ -156,7 +159,7 @@ impl OnceScope {
             recorder: &self.recorder,
             rkey: &rkey,
             token: &token,
-            what: &what,
+            what,
         };
         let value = settle(&holder, self.retain, ran, renewal, None).await?;
         serde_json::from_value(value).map_err(|e| texts::step_result_unfit(step, &e.to_string()))

@@ -318,12 +318,12 @@ pub(crate) fn unrecordable_result(problem: &str) -> ToolError {
 /// A panic's answer (`part`: "body" or "recover hook" of `what`). The panic's message is left
 /// out: it can hold argument values, and the panic hook has already printed it where the
 /// process logs.
-pub(crate) fn panicked(what: &str, part: &str) -> ToolError {
+pub(crate) fn panicked(what: impl std::fmt::Display, part: &str) -> ToolError {
     ToolError::outcome_unknown(format!("the {part} of {what} panicked"))
 }
 
 /// The work finished, but its lease had lapsed and another call took the key over.
-pub(crate) fn lease_lost(what: &str) -> ToolError {
+pub(crate) fn lease_lost(what: impl std::fmt::Display) -> ToolError {
     ToolError::new(
         ErrorCode::LeaseLost,
         format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Executor, ToolOutput};
-use crate::lease::{drive, panicked, record_outcome, settle, unreserve, Holder, Write};
+use crate::lease::{drive, panicked, record_outcome, settle, unreserve, Holder, What, Write};
 use crate::once::OnceScope;
 use crate::store::{Outcome, Record, RecordKey, Reservation, StoreError, Token};
 use crate::texts;
@@ -36,7 +36,7 @@ pub(super) async fn run(
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);
     let recorder = exec.recorder.clone();
-    let what = format!("`{}`", def.name);
+    let what = What::Tool(&def.name);
     let scope = Arc::new(OnceScope::new(
         store.clone(),
         recorder.clone(),
@@ -63,7 +63,7 @@ pub(super) async fn run(
                 tracing::warn!(tool = %def.name, key = %log_key, error = %e, "store refused the reservation; the tool did not run");
                 // The reserve may have been applied with its reply lost: free it under the
                 // token this call drew, so "nothing was done" holds and the key stays usable.
-                unreserve(&recorder, &store, &rkey, &token, &what).await;
+                unreserve(&recorder, &store, &rkey, &token, what).await;
                 return Err(e.refusal());
             }
         };
@@ -139,7 +139,7 @@ pub(super) async fn run(
                     recorder: &recorder,
                     rkey: &rkey,
                     token: &token,
-                    what: &what,
+                    what,
                 };
                 match looked {
                     Ok(Ok(Some(found))) => {
@@ -165,7 +165,7 @@ pub(super) async fn run(
                     }
                     Err(panic) => {
                         holder.write(Write::MarkUnknown, Some(renewal)).await;
-                        return Err(panicked(&what, "recover hook", panic));
+                        return Err(panicked(what, "recover hook", panic));
                     }
                 }
             }
@@ -188,7 +188,7 @@ pub(super) async fn run(
         recorder: &recorder,
         rkey: &rkey,
         token: &token,
-        what: &what,
+        what,
     };
     if let Ok(Err(err)) = &ran {
         if scope.parent_must_be_released() {

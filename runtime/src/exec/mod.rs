@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio_util::task::TaskTracker;
 
 use crate::context::StateMap;
-use crate::lease::{panicked, Recorder, ShutdownReport};
+use crate::lease::{panicked, Recorder, ShutdownReport, What};
 use crate::stats::{Counters, Stats};
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
 use crate::story::Story;
@@ -211,7 +211,7 @@ impl Executor {
                 value,
                 replayed: false,
             }),
-            Err(panic) => Err(panicked(&format!("`{}`", def.name), "body", panic)),
+            Err(panic) => Err(panicked(What::Tool(&def.name), "body", panic)),
         }
     }
 
