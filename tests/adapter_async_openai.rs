@@ -14,36 +14,10 @@ use async_openai::types::chat::{
     ChatCompletionResponseMessage, CreateChatCompletionRequest, CreateChatCompletionResponse,
     CustomTool, FunctionCall,
 };
-use billing::{Billing, Invoice, RefundOrder, Refunds};
+use billing::{Billing, RefundOrder, Refunds, SendInvoicePatient};
 use serde_json::{json, Value};
 use toolkey::adapters::async_openai::{assistant_message, handle_tool_calls, tools};
-use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
-
-/// Create and send the invoice for one customer and billing period.
-///
-/// A retry while the first call still runs waits for it and is answered with its invoice.
-#[tool(
-    idempotent(
-        key = "invoice:<customer>:<period>",
-        status = "invoice_status",
-        on_in_progress = "wait(2s)"
-    ),
-    timeout = "200ms"
-)]
-async fn send_invoice(
-    billing: State<Billing>,
-    /// Customer ID, for example "acme".
-    customer: String,
-    /// Billing period as YYYY-MM, for example "2026-10".
-    period: String,
-    /// Amount in EUR.
-    amount: f64,
-    /// What the invoice is for.
-    #[arg(ignore)]
-    memo: String,
-) -> Result<Invoice, ToolError> {
-    Ok(billing.send(&customer, &period, amount, &memo).await)
-}
+use toolkey::{ToolContext, Toolbox};
 
 fn text(message: &ChatCompletionRequestMessage) -> Option<Value> {
     let ChatCompletionRequestMessage::Tool(tool) = message else {
@@ -119,7 +93,7 @@ async fn the_models_retry_after_a_timeout_is_a_replay_with_one_invoice() {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(SendInvoice)
+        .tool(SendInvoicePatient)
         .build()
         .unwrap();
     let ctx = ToolContext::new("run-7");
@@ -164,7 +138,7 @@ async fn the_models_retry_after_a_timeout_is_a_replay_with_one_invoice() {
 fn the_typed_tools_are_the_openai_export() {
     let toolbox = Toolbox::builder()
         .state(Billing::default())
-        .tool(SendInvoice)
+        .tool(SendInvoicePatient)
         .build()
         .unwrap();
     let typed = tools(&toolbox);
@@ -234,7 +208,7 @@ async fn a_custom_tool_call_is_answered_with_an_error_the_model_reads() {
     let billing = Arc::new(Billing::default());
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(SendInvoice)
+        .tool(SendInvoicePatient)
         .build()
         .unwrap();
     let reply = ChatCompletionResponseMessage {

@@ -6,7 +6,7 @@ mod billing;
 use std::sync::Arc;
 use std::time::Duration;
 
-use billing::{Billing, Invoice};
+use billing::{Billing, SendInvoicePatient};
 use rig_agent::AgentBuilder;
 use rig_core::completion::CompletionRequest;
 use rig_core::message::{Message, ToolResultContent, UserContent};
@@ -14,40 +14,14 @@ use rig_core::test_utils::{MockCompletionModel, MockTurn};
 use rig_core::tool::ToolErrorKind;
 use serde_json::{json, Value};
 use toolkey::adapters::rig::{tool_context, tools};
-use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
-
-/// Create and send the invoice for one customer and billing period.
-///
-/// A retry while the first call still runs waits for it and is answered with its invoice.
-#[tool(
-    idempotent(
-        key = "invoice:<customer>:<period>",
-        status = "invoice_status",
-        on_in_progress = "wait(2s)"
-    ),
-    timeout = "200ms"
-)]
-async fn send_invoice(
-    billing: State<Billing>,
-    /// Customer ID, for example "acme".
-    customer: String,
-    /// Billing period as YYYY-MM, for example "2026-10".
-    period: String,
-    /// Amount in EUR.
-    amount: f64,
-    /// What the invoice is for.
-    #[arg(ignore)]
-    memo: String,
-) -> Result<Invoice, ToolError> {
-    Ok(billing.send(&customer, &period, amount, &memo).await)
-}
+use toolkey::{ToolContext, Toolbox};
 
 /// Billing answers after 300 ms: past the tool's 200 ms timeout.
 fn slow_billing() -> (Arc<Billing>, Toolbox) {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
-        .tool(SendInvoice)
+        .tool(SendInvoicePatient)
         .build()
         .unwrap();
     (billing, toolbox)

@@ -102,6 +102,32 @@ pub async fn send_invoice_scaled(
     Ok(billing.send(&customer, &period, amount, &memo).await)
 }
 
+/// The scaled tool whose retry, while the first call still runs, waits for it (up to 2 s) and is
+/// answered with its invoice: the adapters' agent turns, where a model retries after a timeout.
+#[tool(
+    idempotent(
+        key = "invoice:<customer>:<period>",
+        status = "invoice_status",
+        on_in_progress = "wait(2s)"
+    ),
+    timeout = "200ms",
+    name = "send_invoice"
+)]
+pub async fn send_invoice_patient(
+    billing: State<Billing>,
+    /// Customer ID, for example "acme".
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
+
 /// A fake outside refund system: the ledger of every refund it made.
 #[derive(Default)]
 pub struct Refunds {
