@@ -196,7 +196,13 @@ fn stores(c: &mut Criterion) {
     rt.block_on(async {
         for store in [&pg as &dyn Store, &redis_store] {
             let Reservation::Reserved(token) = store
-                .reserve(&done, &fp, &toolkey::store::Token::generate(), lease)
+                .reserve(
+                    &done,
+                    "tool",
+                    &fp,
+                    &toolkey::store::Token::generate(),
+                    lease,
+                )
                 .await
                 .unwrap()
             else {
@@ -214,7 +220,7 @@ fn stores(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
             let Reservation::Reserved(token) = pg
-                .reserve(&key, &fp, &toolkey::store::Token::generate(), lease)
+                .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
                 .await
                 .unwrap()
             else {
@@ -255,7 +261,9 @@ fn stores(c: &mut Criterion) {
     });
     group.bench_function("replay/store", |b| {
         b.to_async(&rt).iter(|| async {
-            let answer = pg.reserve(&done, &fp, &Token::generate(), lease).await;
+            let answer = pg
+                .reserve(&done, "tool", &fp, &Token::generate(), lease)
+                .await;
             assert!(matches!(answer, Ok(Reservation::Existing(_))));
         })
     });
@@ -300,7 +308,7 @@ fn stores(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
             let Reservation::Reserved(token) = redis_store
-                .reserve(&key, &fp, &toolkey::store::Token::generate(), lease)
+                .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
                 .await
                 .unwrap()
             else {
@@ -345,7 +353,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("replay/store", |b| {
         b.to_async(&rt).iter(|| async {
             let answer = redis_store
-                .reserve(&done, &fp, &Token::generate(), lease)
+                .reserve(&done, "tool", &fp, &Token::generate(), lease)
                 .await;
             assert!(matches!(answer, Ok(Reservation::Existing(_))));
         })
@@ -372,7 +380,7 @@ fn stores(c: &mut Criterion) {
     raw.pragma_update(None, "synchronous", "FULL").unwrap();
     rt.block_on(async {
         let Reservation::Reserved(token) = lite
-            .reserve(&done, &fp, &Token::generate(), lease)
+            .reserve(&done, "tool", &fp, &Token::generate(), lease)
             .await
             .unwrap()
         else {
@@ -388,7 +396,7 @@ fn stores(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
             let Reservation::Reserved(token) = lite
-                .reserve(&key, &fp, &Token::generate(), lease)
+                .reserve(&key, "tool", &fp, &Token::generate(), lease)
                 .await
                 .unwrap()
             else {
@@ -430,7 +438,9 @@ fn stores(c: &mut Criterion) {
     });
     group.bench_function("replay/store", |b| {
         b.to_async(&rt).iter(|| async {
-            let answer = lite.reserve(&done, &fp, &Token::generate(), lease).await;
+            let answer = lite
+                .reserve(&done, "tool", &fp, &Token::generate(), lease)
+                .await;
             assert!(matches!(answer, Ok(Reservation::Existing(_))));
         })
     });

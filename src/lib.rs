@@ -30,6 +30,10 @@
 //! - **Errors the model reads.** Every failure is a [`ToolError`] with a code, a message, whether
 //!   a retry is safe, and what to do next ([`ErrorCode`] lists toolkey's own codes).
 //!
+//! - **Operators.** A record nobody can finish (its worker died mid-call) is listed, shown and
+//!   resolved as done or not done through [`admin::Admin`] ([`Toolbox::admin`]), or with the
+//!   `toolkey` command-line tool against a SQLite file, PostgreSQL or Redis.
+//!
 //! A [`Toolbox`] holds the tools, their store and shared [`State`]; [`Toolbox::call`] runs one
 //! call by name. [`providers`] turns the tool calls of OpenAI, Anthropic and MCP into calls and
 //! their results back into messages; every [`ToolDefinition`] exports its schema for each API.
@@ -59,7 +63,7 @@ pub use toolkey_runtime::{
 };
 
 #[doc(inline)]
-pub use toolkey_runtime::{adapters, providers, store};
+pub use toolkey_runtime::{adapters, admin, providers, store};
 
 /// The retry-safety check users run against their own tools (feature `testing`).
 #[cfg(feature = "testing")]

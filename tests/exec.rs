@@ -500,6 +500,7 @@ impl Store for Down {
     async fn reserve(
         &self,
         _: &RecordKey,
+        _: &str,
         _: &Fingerprint,
         _: &Token,
         _: Duration,
@@ -535,7 +536,7 @@ impl Store for Down {
     async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
     async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
@@ -738,6 +739,7 @@ async fn crashed_worker(store: &MemoryStore, tool: &dyn Tool, order: &str) {
     let reserved = store
         .reserve(
             &key,
+            "tool",
             call.fingerprint().unwrap(),
             &toolkey::store::Token::generate(),
             Duration::from_secs(30),

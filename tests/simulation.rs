@@ -399,6 +399,7 @@ impl Store for WorkerStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
@@ -406,7 +407,7 @@ impl Store for WorkerStore {
         // Held from the request on: a reserve whose reply is lost may hold the key.
         self.hold(token, key);
         let answer = self
-            .call(self.store.reserve(key, fingerprint, token, lease))
+            .call(self.store.reserve(key, tool, fingerprint, token, lease))
             .await;
         if let Ok(Reservation::Existing(_)) = &answer {
             self.worker.held.lock().unwrap().remove(token);
@@ -459,8 +460,8 @@ impl Store for WorkerStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.call(self.store.get(key)).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.call(self.store.purge_expired()).await
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.call(self.store.purge_expired(limit)).await
     }
     async fn now(&self) -> Result<SystemTime, StoreError> {
         self.call(self.store.now()).await

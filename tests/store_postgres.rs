@@ -83,6 +83,7 @@ async fn own_schema_and_table_are_migrated_once() {
     let Reservation::Reserved(token) = a
         .reserve(
             &k,
+            "tool",
             &fp(),
             &toolkey::store::Token::generate(),
             Duration::from_secs(60),
@@ -106,7 +107,7 @@ async fn own_schema_and_table_are_migrated_once() {
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i32>(0), row.get::<_, i64>(1)), (1, 1));
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i64>(1)), (2, 1));
 
     // A table migrated by a newer toolkey is refused, not misread.
     admin
@@ -174,6 +175,7 @@ async fn terminated_backends_are_replaced() {
                 store
                     .reserve(
                         &key(&format!("warm-{i}")),
+                        "tool",
                         &fp(),
                         &toolkey::store::Token::generate(),
                         Duration::from_secs(60),
@@ -194,6 +196,7 @@ async fn terminated_backends_are_replaced() {
                 store
                     .reserve(
                         &key(&format!("flight-{i}")),
+                        "tool",
                         &fp(),
                         &toolkey::store::Token::generate(),
                         Duration::from_secs(60),
@@ -245,7 +248,13 @@ async fn racing_reserves_of_an_expired_record_give_one_token() {
     for round in 0..5 {
         let k = key(&format!("expired-{round}"));
         let Reservation::Reserved(token) = store
-            .reserve(&k, &fp(), &Token::generate(), Duration::from_secs(30))
+            .reserve(
+                &k,
+                "tool",
+                &fp(),
+                &Token::generate(),
+                Duration::from_secs(30),
+            )
             .await
             .unwrap()
         else {
@@ -262,7 +271,13 @@ async fn racing_reserves_of_an_expired_record_give_one_token() {
                 let (store, k) = (store.clone(), k.clone());
                 tokio::spawn(async move {
                     store
-                        .reserve(&k, &fp(), &Token::generate(), Duration::from_secs(30))
+                        .reserve(
+                            &k,
+                            "tool",
+                            &fp(),
+                            &Token::generate(),
+                            Duration::from_secs(30),
+                        )
                         .await
                 })
             })

@@ -93,7 +93,7 @@ async fn keys_escape_and_expire() {
     let b = RecordKey::new("acme", "x:k");
     let lease = Duration::from_secs(60);
     let Reservation::Reserved(token) = store
-        .reserve(&a, &fp(), &toolkey::store::Token::generate(), lease)
+        .reserve(&a, "tool", &fp(), &toolkey::store::Token::generate(), lease)
         .await
         .unwrap()
     else {
@@ -101,7 +101,7 @@ async fn keys_escape_and_expire() {
     };
     assert!(matches!(
         store
-            .reserve(&b, &fp(), &toolkey::store::Token::generate(), lease)
+            .reserve(&b, "tool", &fp(), &toolkey::store::Token::generate(), lease)
             .await
             .unwrap(),
         Reservation::Reserved(_)
@@ -150,7 +150,7 @@ async fn keys_escape_and_expire() {
     ));
     assert!(matches!(
         store
-            .reserve(&c, &fp(), &toolkey::store::Token::generate(), lease)
+            .reserve(&c, "tool", &fp(), &toolkey::store::Token::generate(), lease)
             .await,
         Err(StoreError::Corrupt { .. })
     ));
@@ -194,6 +194,7 @@ async fn killed_connections_are_replaced() {
     store
         .reserve(
             &key("warm"),
+            "tool",
             &fp(),
             &toolkey::store::Token::generate(),
             Duration::from_secs(60),
@@ -208,6 +209,7 @@ async fn killed_connections_are_replaced() {
                 store
                     .reserve(
                         &key(&format!("flight-{i}")),
+                        "tool",
                         &fp(),
                         &toolkey::store::Token::generate(),
                         Duration::from_secs(60),

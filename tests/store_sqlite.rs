@@ -124,6 +124,7 @@ async fn child_process_entry() {
         match store
             .reserve(
                 &RecordKey::new("hammer", &key),
+                "tool",
                 &fp,
                 &toolkey::store::Token::generate(),
                 Duration::from_secs(300),
@@ -177,6 +178,7 @@ async fn a_renewal_behind_another_writer_is_measured_from_after_the_wait() {
     let Reservation::Reserved(token) = store
         .reserve(
             &key,
+            "tool",
             &fp,
             &toolkey::store::Token::generate(),
             Duration::from_secs(2),

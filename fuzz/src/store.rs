@@ -64,11 +64,12 @@ impl Store for CountingStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        self.write().reserve(key, fingerprint, token, lease).await
+        self.write().reserve(key, tool, fingerprint, token, lease).await
     }
 
     async fn complete(
@@ -111,8 +112,8 @@ impl Store for CountingStore {
         self.read().get(key).await
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.write().purge_expired().await
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.write().purge_expired(limit).await
     }
 
     async fn now(&self) -> Result<SystemTime, StoreError> {

@@ -16,11 +16,13 @@
 // - what a call carries: `context` (`ToolContext`, state), `tool` (the `Tool` trait, definitions,
 //   prepared calls), and beside them `export` and `schema` (a definition's schemas)
 // - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context
+// - `admin`: operators' listings and resolutions on a store
 // - `toolbox`: registers tools and dispatches calls by name to the executor
 // - `providers`: provider tool calls in and results out, through a toolbox; `adapters`: the same
 //   for agent frameworks and client crates (rig, async-openai)
 // - `__private`: what the `#[tool]` expansion calls
 pub mod adapters;
+pub mod admin;
 mod context;
 mod error;
 mod exec;

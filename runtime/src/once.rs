@@ -20,6 +20,8 @@ use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
 /// What a keyed call gives its context for `ctx.once` steps: the store, and the parent call's
 /// key and fingerprint, to which every step is bound.
 pub(crate) struct OnceScope {
+    /// The parent's tool name: it labels each step's record for operators (`tool/step`).
+    tool: Arc<str>,
     store: Arc<dyn Store>,
     recorder: Arc<Recorder>,
     key: IdempotencyKey,
@@ -38,6 +40,7 @@ impl OnceScope {
     /// The scope of one keyed call, holding `key` with `fingerprint`; its steps are leased and
     /// retained as the call is.
     pub(crate) fn new(
+        tool: Arc<str>,
         store: Arc<dyn Store>,
         recorder: Arc<Recorder>,
         key: IdempotencyKey,
@@ -46,6 +49,7 @@ impl OnceScope {
         retain: Duration,
     ) -> OnceScope {
         OnceScope {
+            tool,
             store,
             recorder,
             key,
@@ -94,11 +98,12 @@ impl OnceScope {
             step,
             key: key.as_str(),
         };
+        let label = format!("{}/{step}", self.tool);
         let token = loop {
             let token = Token::generate();
             let reservation = match self
                 .store
-                .reserve(&rkey, &self.fingerprint, &token, self.lease)
+                .reserve(&rkey, &label, &self.fingerprint, &token, self.lease)
                 .await
             {
                 Ok(reservation) => reservation,

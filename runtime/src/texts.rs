@@ -237,6 +237,15 @@ pub(crate) fn keyed_without_key(tool: &str) -> ToolError {
     ToolError::internal(format!("`{tool}` is idempotent but prepared no key"))
 }
 
+/// An operator asked for the record of a tool that keeps none.
+pub(crate) fn no_record_key(tool: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::InvalidArguments,
+        format!("`{tool}` has no idempotency key, so its calls leave no record"),
+    )
+    .with_retryable(false)
+}
+
 /// The same key is running in another call.
 pub(crate) fn in_progress(def: Named<'_>, since: SystemTime) -> ToolError {
     ToolError::new(

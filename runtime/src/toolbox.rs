@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::admin::Admin;
 use crate::context::StateMap;
 use crate::exec::{Approver, Executor, ToolOutput};
 use crate::lease::ShutdownReport;
 use crate::stats::Stats;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, RecordKey, Store};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{KeyFn, Tool, ToolDefinition};
@@ -251,6 +252,53 @@ impl Toolbox {
     /// The store the toolbox uses.
     pub fn store(&self) -> &Arc<dyn Store> {
         self.inner.exec.store()
+    }
+
+    /// Operator operations on the toolbox's store: list, show, resolve, purge.
+    pub fn admin(&self) -> Admin {
+        Admin::new(self.inner.exec.store().clone())
+    }
+
+    /// The record a call of `tool` with `args` would use, in `ctx`'s tenant: how an operator
+    /// finds "the invoice for acme, 2026-10" without knowing the key's format. `tool` may be a
+    /// keyed tool or its status companion. The tool does not run; a tool without a key, an
+    /// unknown tool or arguments that do not parse are the errors a call would get.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolkey::{tool, ToolContext, ToolError, Toolbox};
+    ///
+    /// #[tool(idempotent(key = "invoice:<customer>:<period>"))]
+    /// /// Sends an invoice.
+    /// async fn send_invoice(customer: String, period: String) -> Result<String, ToolError> {
+    ///     Ok(format!("{customer}/{period}"))
+    /// }
+    ///
+    /// let toolbox = Toolbox::builder().tool(send_invoice).build().unwrap();
+    /// let ctx = ToolContext::new("run-1").with_tenant("acme-corp");
+    /// let key = toolbox
+    ///     .record_key("send_invoice", json!({"customer": "acme", "period": "2026-10"}), &ctx)
+    ///     .unwrap();
+    /// assert_eq!(key.tenant, "acme-corp");
+    /// assert!(key.key.starts_with("invoice:"));
+    /// ```
+    pub fn record_key(
+        &self,
+        tool: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<RecordKey, ToolError> {
+        let key = match self.inner.entries.get(tool) {
+            Some(Entry::Tool(registered)) => {
+                let call = registered.tool.prepare(args, ctx)?;
+                call.key()
+                    .cloned()
+                    .ok_or_else(|| texts::no_record_key(tool))?
+            }
+            Some(Entry::Status(status)) => (status.key)(args, ctx)?,
+            None => return Err(self.unknown_tool(tool)),
+        };
+        Ok(RecordKey::new(ctx.scope(), key.as_str()))
     }
 
     /// Counts of what the toolbox did.

@@ -146,14 +146,16 @@ where
     let fp = toolkey::Fingerprint::of(&serde_json::json!({"n": 1})).unwrap();
     let lease = Duration::from_secs(60);
     let held = key("down");
-    let before = store.reserve(&held, &fp, &Token::generate(), lease).await;
+    let before = store
+        .reserve(&held, "tool", &fp, &Token::generate(), lease)
+        .await;
     assert!(matches!(before, Ok(Reservation::Reserved(_))), "{before:?}");
 
     proxy.stop().await;
     for i in 0..3 {
         let started = Instant::now();
         let down = store
-            .reserve(&key("while-down"), &fp, &Token::generate(), lease)
+            .reserve(&key("while-down"), "tool", &fp, &Token::generate(), lease)
             .await;
         assert!(
             matches!(down, Err(StoreError::Unavailable(_))),
@@ -190,6 +192,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
         match store
             .reserve(
                 &key(format!("next-{i}")),
+                "tool",
                 &fp,
                 &Token::generate(),
                 Duration::from_secs(60),
@@ -209,6 +212,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
         let answer = store
             .reserve(
                 &key(format!("after-{i}")),
+                "tool",
                 &fp,
                 &Token::generate(),
                 Duration::from_secs(60),

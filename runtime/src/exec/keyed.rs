@@ -38,6 +38,7 @@ pub(super) async fn run(
     let recorder = exec.recorder.clone();
     let what = What::Tool(&def.name);
     let scope = Arc::new(OnceScope::new(
+        Arc::from(def.name.as_str()),
         store.clone(),
         recorder.clone(),
         key.clone(),
@@ -55,7 +56,7 @@ pub(super) async fn run(
     let (token, renewal) = loop {
         let token = Token::generate();
         let reservation = match store
-            .reserve(&rkey, &fingerprint, &token, settings.lease)
+            .reserve(&rkey, &def.name, &fingerprint, &token, settings.lease)
             .await
         {
             Ok(reservation) => reservation,

@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{ManualClock, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use super::{
+    Cursor, Entry, EntryState, Filter, ManualClock, Outcome, Record, RecordKey, Reservation,
+    Resolution, Store, StoreError, Token,
+};
 use crate::{Fingerprint, ToolError};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -136,6 +139,18 @@ impl<S: Store> Suite<S> {
                 "corrupt_record_is_an_error",
                 Box::pin(corrupt_record_is_an_error(self.ctx())),
             ),
+            (
+                "listing_shows_each_record_once_with_its_state",
+                Box::pin(listing_shows_each_record_once_with_its_state(self.ctx())),
+            ),
+            (
+                "resolve_applies_only_to_the_unknown_record_seen",
+                Box::pin(resolve_applies_only_to_the_unknown_record_seen(self.ctx())),
+            ),
+            (
+                "purge_deletes_in_batches",
+                Box::pin(purge_deletes_in_batches(self.ctx())),
+            ),
         ];
         let mut failed = Vec::new();
         let total = checks.len();
@@ -202,7 +217,7 @@ impl Ctx {
         let token = Token::generate();
         match self
             .store
-            .reserve(key, fp, &token, lease)
+            .reserve(key, "tool", fp, &token, lease)
             .await
             .map_err(err)?
         {
@@ -236,7 +251,7 @@ async fn reserve_then_in_progress(cx: Ctx) -> Result<(), String> {
     cx.reserve(&key, &fp(1), cx.long()).await?;
     let again = cx
         .store
-        .reserve(&key, &fp(2), &Token::generate(), cx.long())
+        .reserve(&key, "tool", &fp(2), &Token::generate(), cx.long())
         .await
         .map_err(err)?;
     ensure(
@@ -255,7 +270,13 @@ async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
             store
-                .reserve(&key, &fp(1), &Token::generate(), Duration::from_secs(300))
+                .reserve(
+                    &key,
+                    "tool",
+                    &fp(1),
+                    &Token::generate(),
+                    Duration::from_secs(300),
+                )
                 .await
         }));
     }
@@ -346,7 +367,7 @@ async fn completed_is_returned_with_outcome(cx: Ctx) -> Result<(), String> {
     )?;
     let again = cx
         .store
-        .reserve(&key, &fp(1), &Token::generate(), cx.long())
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
         .await
         .map_err(err)?;
     ensure(
@@ -373,7 +394,7 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
     cx.lapse().await;
     let stale = match cx
         .store
-        .reserve(&key, &fp(1), &Token::generate(), cx.lease)
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.lease)
         .await
         .map_err(err)?
     {
@@ -498,7 +519,7 @@ async fn unknown_is_stale_and_can_be_taken_over(cx: Ctx) -> Result<(), String> {
     )?;
     let stale = match cx
         .store
-        .reserve(&key, &fp(1), &Token::generate(), cx.long())
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
         .await
         .map_err(err)?
     {
@@ -554,7 +575,7 @@ async fn expiry_is_checked_at_read_time(cx: Ctx) -> Result<(), String> {
         .await
         .map_err(err)?;
     cx.lapse().await;
-    let purged = cx.store.purge_expired().await.map_err(err)?;
+    let purged = cx.store.purge_expired(usize::MAX).await.map_err(err)?;
     ensure(purged >= 1, || {
         format!("purge_expired removed {purged} records, expected at least 1")
     })?;
@@ -638,9 +659,254 @@ async fn corrupt_record_is_an_error(cx: Ctx) -> Result<(), String> {
     })?;
     let reserve = cx
         .store
-        .reserve(&key, &fp(1), &Token::generate(), cx.long())
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
         .await;
     ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || {
         format!("reserve of a corrupt record gave {reserve:?}")
+    })
+}
+
+/// Every page of a listing, followed to its end.
+async fn list_all(cx: &Ctx, filter: &Filter, page: usize) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    let mut cursor: Option<Cursor> = None;
+    for _ in 0..10_000 {
+        let found = cx
+            .store
+            .list(filter, cursor.as_ref(), page)
+            .await
+            .map_err(err)?;
+        entries.extend(found.entries);
+        match found.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(entries),
+        }
+    }
+    Err("a listing did not end within 10,000 pages".into())
+}
+
+async fn listing_shows_each_record_once_with_its_state(cx: Ctx) -> Result<(), String> {
+    let running = cx.key("list-running");
+    cx.reserve(&running, &fp(1), cx.long()).await?;
+    let done = cx.key("list-done");
+    let token = cx.reserve(&done, &fp(2), cx.long()).await?;
+    cx.store
+        .complete(&done, &token, &Outcome::Ok(json!({"n": 1})), cx.long())
+        .await
+        .map_err(err)?;
+    let failed = cx.key("list-failed");
+    let token = cx.reserve(&failed, &fp(3), cx.long()).await?;
+    let declined = ToolError::new("DECLINED", "card declined").with_retryable(false);
+    cx.store
+        .complete(&failed, &token, &Outcome::Err(declined), cx.long())
+        .await
+        .map_err(err)?;
+    let unknown = cx.key("list-unknown");
+    let token = cx.reserve(&unknown, &fp(4), cx.long()).await?;
+    cx.store.mark_unknown(&unknown, &token).await.map_err(err)?;
+    let lapsed = cx.key("list-lapsed");
+    cx.reserve(&lapsed, &fp(5), cx.lease).await?;
+    let expired = cx.key("list-expired");
+    let token = cx.reserve(&expired, &fp(6), cx.long()).await?;
+    cx.store
+        .complete(&expired, &token, &Outcome::Ok(json!(6)), cx.lease)
+        .await
+        .map_err(err)?;
+    cx.lapse().await;
+
+    let mine = Filter {
+        tenant: Some(cx.tenant.clone()),
+        ..Filter::default()
+    };
+    for page in [1, 2, 100] {
+        let mut entries = list_all(&cx, &mine, page).await?;
+        entries.sort_by(|a, b| a.key.key.cmp(&b.key.key));
+        let seen: Vec<(&str, EntryState, bool)> = entries
+            .iter()
+            .map(|e| (e.key.key.as_str(), e.state, e.reported))
+            .collect();
+        let expected = vec![
+            ("conformance:list-done", EntryState::Completed, false),
+            ("conformance:list-failed", EntryState::Failed, false),
+            ("conformance:list-lapsed", EntryState::Unknown, false),
+            ("conformance:list-running", EntryState::InProgress, false),
+            ("conformance:list-unknown", EntryState::Unknown, true),
+        ];
+        ensure(seen == expected, || {
+            format!("pages of {page} listed {seen:?}, expected {expected:?}")
+        })?;
+        ensure(
+            entries.iter().all(|e| e.tool.as_deref() == Some("tool")),
+            || "a listed record lost its tool's name".into(),
+        )?;
+    }
+    let by_state = |state| Filter {
+        state: Some(state),
+        ..mine.clone()
+    };
+    let unknown_keys: Vec<String> = list_all(&cx, &by_state(EntryState::Unknown), 1)
+        .await?
+        .into_iter()
+        .map(|e| e.key.key)
+        .collect();
+    ensure(unknown_keys.len() == 2, || {
+        format!("the unknown filter listed {unknown_keys:?}")
+    })?;
+    let failed_entries = list_all(&cx, &by_state(EntryState::Failed), 100).await?;
+    ensure(
+        failed_entries.len() == 1
+            && matches!(&failed_entries[0].outcome, Some(Outcome::Err(e)) if e.code() == "DECLINED"),
+        || format!("the failed filter listed {failed_entries:?}"),
+    )?;
+    let exact = Filter {
+        key: Some("conformance:list-done".into()),
+        ..mine.clone()
+    };
+    let one = list_all(&cx, &exact, 100).await?;
+    ensure(
+        one.len() == 1 && one[0].outcome == Some(Outcome::Ok(json!({"n": 1}))),
+        || format!("the key filter listed {one:?}"),
+    )?;
+    let other_tool = Filter {
+        tool: Some("another-tool".into()),
+        ..mine.clone()
+    };
+    ensure(list_all(&cx, &other_tool, 100).await?.is_empty(), || {
+        "the tool filter admitted another tool's records".into()
+    })?;
+    let young = Filter {
+        older_than: Some(Duration::from_secs(3600)),
+        ..mine
+    };
+    ensure(list_all(&cx, &young, 100).await?.is_empty(), || {
+        "the age filter admitted records reserved moments ago".into()
+    })
+}
+
+async fn resolve_applies_only_to_the_unknown_record_seen(cx: Ctx) -> Result<(), String> {
+    let done = Resolution::Done {
+        outcome: Outcome::Ok(json!({"invoice": "inv-7"})),
+        retain: cx.long(),
+    };
+    // A live reservation is not resolved: its body is running.
+    let live = cx.key("resolve-live");
+    let token = cx.reserve(&live, &fp(1), cx.long()).await?;
+    ensure(
+        !cx.store.resolve(&live, &token, &done).await.map_err(err)?,
+        || "resolve changed a live reservation".into(),
+    )?;
+    // An unknown record, under the revision seen: done, and then replayed.
+    let key = cx.key("resolve-done");
+    let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+    cx.store.mark_unknown(&key, &token).await.map_err(err)?;
+    ensure(
+        !cx.store
+            .resolve(&key, &Token::generate(), &done)
+            .await
+            .map_err(err)?,
+        || "resolve applied under a revision nobody saw".into(),
+    )?;
+    ensure(
+        cx.store.resolve(&key, &token, &done).await.map_err(err)?,
+        || "resolve refused an unknown record under its revision".into(),
+    )?;
+    let record = cx.store.get(&key).await.map_err(err)?;
+    ensure(
+        matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), fingerprint, .. })
+            if *v == json!({"invoice": "inv-7"}) && *fingerprint == fp(1)),
+        || format!("a record resolved as done reads {record:?}"),
+    )?;
+    ensure(
+        !cx.store
+            .resolve(&key, &token, &Resolution::NotDone)
+            .await
+            .map_err(err)?,
+        || "a finished record was resolved again".into(),
+    )?;
+    // A lapsed lease, not done: the key is free again.
+    let key = cx.key("resolve-not-done");
+    let token = cx.reserve(&key, &fp(1), cx.lease).await?;
+    cx.lapse().await;
+    ensure(
+        cx.store
+            .resolve(&key, &token, &Resolution::NotDone)
+            .await
+            .map_err(err)?,
+        || "resolve refused a lapsed reservation under its revision".into(),
+    )?;
+    let again = cx
+        .store
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
+        .await
+        .map_err(err)?;
+    ensure(matches!(again, Reservation::Reserved(_)), || {
+        format!("a record resolved as not done still holds the key: {again:?}")
+    })?;
+    // Taken over since it was seen: the old revision is refused.
+    let key = cx.key("resolve-taken");
+    let seen = cx.reserve(&key, &fp(1), cx.lease).await?;
+    cx.lapse().await;
+    cx.store
+        .take_over(&key, &seen, cx.long())
+        .await
+        .map_err(err)?
+        .ok_or("take_over of a lapsed reservation refused")?;
+    ensure(
+        !cx.store
+            .resolve(&key, &seen, &Resolution::NotDone)
+            .await
+            .map_err(err)?,
+        || "resolve applied to a record taken over since it was seen".into(),
+    )?;
+    // Another tenant's record is out of reach.
+    let token = cx
+        .reserve(&cx.key("resolve-tenant"), &fp(1), cx.long())
+        .await?;
+    cx.store
+        .mark_unknown(&cx.key("resolve-tenant"), &token)
+        .await
+        .map_err(err)?;
+    let elsewhere = RecordKey::new(format!("{}-other", cx.tenant), "conformance:resolve-tenant");
+    ensure(
+        !cx.store
+            .resolve(&elsewhere, &token, &Resolution::NotDone)
+            .await
+            .map_err(err)?,
+        || "resolve reached another tenant's record".into(),
+    )
+}
+
+async fn purge_deletes_in_batches(cx: Ctx) -> Result<(), String> {
+    for i in 0..3 {
+        let key = cx.key(&format!("purge-{i}"));
+        let token = cx.reserve(&key, &fp(1), cx.long()).await?;
+        cx.store
+            .complete(&key, &token, &Outcome::Ok(json!(i)), cx.lease)
+            .await
+            .map_err(err)?;
+    }
+    let live = cx.key("purge-live");
+    cx.reserve(&live, &fp(1), cx.long()).await?;
+    cx.lapse().await;
+    // Other checks' and other runs' expired records may share the store: count batches, not
+    // records, and stop when a batch comes back short.
+    let mut batches = 0;
+    loop {
+        let purged = cx.store.purge_expired(1).await.map_err(err)?;
+        ensure(purged <= 1, || {
+            format!("purge_expired(1) removed {purged} records")
+        })?;
+        if purged == 0 {
+            break;
+        }
+        batches += 1;
+        ensure(batches < 100_000, || "purging never ended".into())?;
+    }
+    ensure(batches >= 3, || {
+        format!("three expired records went in {batches} batches of one")
+    })?;
+    let record = cx.store.get(&live).await.map_err(err)?;
+    ensure(matches!(record, Some(Record::InProgress { .. })), || {
+        format!("purge touched a live record: {record:?}")
     })
 }

@@ -25,12 +25,12 @@
 //! let fp = Fingerprint::of(&serde_json::json!({"amount": 5})).unwrap();
 //! let lease = Duration::from_secs(30);
 //! assert!(matches!(
-//!     store.reserve(&key, &fp, &Token::generate(), lease).await,
+//!     store.reserve(&key, "tool", &fp, &Token::generate(), lease).await,
 //!     Err(StoreError::Unavailable(_))
 //! ));
 //! // The write happened: the key is held by a reservation nobody was told about.
 //! assert!(matches!(
-//!     store.reserve(&key, &fp, &Token::generate(), lease).await,
+//!     store.reserve(&key, "tool", &fp, &Token::generate(), lease).await,
 //!     Ok(Reservation::Existing(_))
 //! ));
 //! assert_eq!(store.injected().lost_replies, 1);
@@ -48,7 +48,10 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
-use super::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use super::{
+    Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation, Resolution, Store, StoreError,
+    Token,
+};
 use crate::Fingerprint;
 
 /// A store operation, as a [`Plan`] names it.
@@ -73,11 +76,15 @@ pub enum Op {
     PurgeExpired,
     /// [`Store::now`].
     Now,
+    /// [`Store::list`].
+    List,
+    /// [`Store::resolve`].
+    Resolve,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 9] = [
+    pub const ALL: [Op; 11] = [
         Op::Reserve,
         Op::Complete,
         Op::Release,
@@ -87,6 +94,8 @@ impl Op {
         Op::Get,
         Op::PurgeExpired,
         Op::Now,
+        Op::List,
+        Op::Resolve,
     ];
 
     fn index(self) -> usize {
@@ -98,7 +107,7 @@ impl Op {
 
     /// True for the operations that write.
     pub fn writes(self) -> bool {
-        !matches!(self, Op::Get | Op::Now)
+        !matches!(self, Op::Get | Op::Now | Op::List)
     }
 }
 
@@ -353,13 +362,14 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.run(
             Op::Reserve,
-            self.inner.reserve(key, fingerprint, token, lease),
+            self.inner.reserve(key, tool, fingerprint, token, lease),
         )
         .await
     }
@@ -404,11 +414,30 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.run(Op::Get, self.inner.get(key)).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.run(Op::PurgeExpired, self.inner.purge_expired()).await
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.run(Op::PurgeExpired, self.inner.purge_expired(limit))
+            .await
     }
     async fn now(&self) -> Result<SystemTime, StoreError> {
         self.run(Op::Now, self.inner.now()).await
+    }
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.run(Op::List, self.inner.list(filter, cursor, limit))
+            .await
+    }
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        self.run(Op::Resolve, self.inner.resolve(key, seen, resolution))
+            .await
     }
 }
 
@@ -437,12 +466,12 @@ mod tests {
         );
         let lease = Duration::from_secs(30);
         assert!(store
-            .reserve(&key(), &fp(), &Token::generate(), lease)
+            .reserve(&key(), "tool", &fp(), &Token::generate(), lease)
             .await
             .is_err());
         assert_eq!(store.inner().get(&key()).await.unwrap(), None);
         assert!(store
-            .reserve(&key(), &fp(), &Token::generate(), lease)
+            .reserve(&key(), "tool", &fp(), &Token::generate(), lease)
             .await
             .is_err());
         assert!(matches!(
@@ -466,7 +495,13 @@ mod tests {
             Plan::script([(Op::Release, Fault::FailBefore)]),
         );
         let Reservation::Reserved(token) = store
-            .reserve(&key(), &fp(), &Token::generate(), Duration::from_secs(30))
+            .reserve(
+                &key(),
+                "tool",
+                &fp(),
+                &Token::generate(),
+                Duration::from_secs(30),
+            )
             .await
             .unwrap()
         else {

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 
 use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
 use super::{
-    from_millis, millis, to_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError,
-    Token,
+    from_millis, millis, to_millis, Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation,
+    Resolution, Store, StoreError, Token,
 };
 use crate::Fingerprint;
 
@@ -141,6 +141,7 @@ impl Store for MemoryStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
@@ -155,6 +156,7 @@ impl Store for MemoryStore {
             records.insert(
                 key.clone(),
                 StoredRecord {
+                    tool: Some(tool.into()),
                     state: IN_PROGRESS.into(),
                     token: token.as_str().into(),
                     fingerprint: fingerprint.to_hex(),
@@ -250,15 +252,80 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.with(|records, now| {
-            let before = records.len();
-            records.retain(|_, entry| !entry.expired(now));
-            Ok((before - records.len()) as u64)
+            let expired: Vec<RecordKey> = records
+                .iter()
+                .filter(|(_, entry)| entry.expired(now))
+                .map(|(key, _)| key.clone())
+                .take(limit)
+                .collect();
+            for key in &expired {
+                records.remove(key);
+            }
+            Ok(expired.len() as u64)
         })
     }
 
     async fn now(&self) -> Result<SystemTime, StoreError> {
         Ok(self.clock.now())
+    }
+
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let after = cursor.map(Cursor::key).transpose()?;
+        self.with(|records, now| {
+            let mut keys: Vec<&RecordKey> = records
+                .keys()
+                .filter(|key| {
+                    after
+                        .as_ref()
+                        .is_none_or(|a| (&key.tenant, &key.key) > (&a.tenant, &a.key))
+                        && filter.tenant.as_ref().is_none_or(|t| *t == key.tenant)
+                        && filter.key.as_ref().is_none_or(|k| *k == key.key)
+                })
+                .collect();
+            keys.sort_by(|a, b| (&a.tenant, &a.key).cmp(&(&b.tenant, &b.key)));
+            let limit = limit.max(1);
+            let next = (keys.len() > limit).then(|| Cursor::after(keys[limit - 1]));
+            let mut entries = Vec::new();
+            for key in keys.into_iter().take(limit) {
+                if let Some(entry) = records[key].to_entry(key, now)? {
+                    if filter.admits(&entry, from_millis(now)) {
+                        entries.push(entry);
+                    }
+                }
+            }
+            Ok(Page { entries, next })
+        })
+    }
+
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        self.with(|records, now| match records.get_mut(key) {
+            Some(entry) if entry.resolvable(seen, now) => {
+                match resolution {
+                    Resolution::Done { outcome, retain } => {
+                        entry.state = COMPLETED.into();
+                        entry.outcome = Some(outcome.to_stored());
+                        entry.completed_at_ms = Some(now);
+                        entry.expires_at_ms = Some(now.saturating_add(span_ms(*retain)));
+                    }
+                    Resolution::NotDone => {
+                        records.remove(key);
+                    }
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
     }
 }

@@ -3,12 +3,14 @@
 //! Every store implements one state machine:
 //!
 //! ```text
-//! absent ──reserve(key, fp, lease)──▶ IN_PROGRESS{token, fp, lease_until}
+//! absent ──reserve(key, tool, fp, lease)──▶ IN_PROGRESS{token, fp, lease_until}
 //! IN_PROGRESS ──complete(token, outcome)──▶ COMPLETED{outcome, fp, expires_at}   (fenced by token)
 //! IN_PROGRESS ──release(token)──▶ absent                                         (fenced by token)
 //! IN_PROGRESS ──renew(token)──▶ IN_PROGRESS (lease extended)
 //! IN_PROGRESS ──mark_unknown(token)──▶ UNKNOWN (the body could not tell whether it acted)
 //! IN_PROGRESS, lease passed, or UNKNOWN ──▶ STALE ──take_over(token)──▶ IN_PROGRESS{new token}
+//! STALE ──resolve(seen token, Done(outcome))──▶ COMPLETED                        (an operator)
+//! STALE ──resolve(seen token, NotDone)──▶ absent                                  (an operator)
 //! COMPLETED, past retention ──▶ absent (a later reserve starts a new action)
 //! ```
 
@@ -22,6 +24,7 @@ use serde_json::Value;
 use crate::texts::{self, StoreFailure};
 use crate::{Fingerprint, ToolError};
 
+mod admin;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]
@@ -35,6 +38,7 @@ mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution};
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
@@ -263,16 +267,18 @@ impl StoreError {
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Reserves `key` for a call with `fingerprint` under `token`, holding it for `lease`; or
-    /// returns the existing record. A completed record past its retention counts as absent and
-    /// is replaced.
+    /// Reserves `key` for a call of `tool` with `fingerprint` under `token`, holding it for
+    /// `lease`; or returns the existing record. A completed record past its retention counts as
+    /// absent and is replaced.
     ///
     /// The caller draws the token ([`Token::generate`]) before it asks, so that when the reply is
     /// lost it still knows the token a reservation may have been written under, and can release
-    /// it: "nothing was done" stays true and the key stays usable.
+    /// it: "nothing was done" stays true and the key stays usable. `tool` (the tool's name, or
+    /// `tool/step` for a step) is kept for operators' listings only.
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
@@ -314,11 +320,49 @@ pub trait Store: Send + Sync + 'static {
     /// Reads a record, as status answers need it.
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError>;
 
-    /// Deletes completed records past their retention; returns how many.
-    async fn purge_expired(&self) -> Result<u64, StoreError>;
+    /// Deletes at most `limit` completed records past their retention; returns how many. Call
+    /// it again while it returns `limit`: small batches keep every call's answer quick while it
+    /// runs.
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError>;
 
     /// The store's clock.
     async fn now(&self) -> Result<SystemTime, StoreError>;
+
+    /// One page of the records `filter` admits, after `cursor` (from the start when `None`),
+    /// looking at about `limit` records. Operators' listings; calls never use it.
+    ///
+    /// The default refuses with [`StoreError::Config`], so a store written before listings
+    /// existed still compiles; every store in this crate lists.
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let _ = (filter, cursor, limit);
+        Err(StoreError::Config(
+            "this store does not list records for operators".into(),
+        ))
+    }
+
+    /// Resolves a record whose outcome nobody knows, as an operator found it: done with an
+    /// outcome, or not done. Fenced twice: it applies only while the record is still under the
+    /// revision `seen` (as [`Entry::revision`] showed it) **and** still unknown (marked unknown,
+    /// or its lease lapsed) by the store's clock. False, changing nothing, otherwise: the record
+    /// was taken over, finished, renewed by a worker that was alive after all, or is gone.
+    ///
+    /// The default refuses with [`StoreError::Config`], like [`Store::list`].
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        let _ = (key, seen, resolution);
+        Err(StoreError::Config(
+            "this store does not resolve records for operators".into(),
+        ))
+    }
 }
 
 /// Milliseconds since the Unix epoch, as stores keep times.
@@ -349,11 +393,12 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        (**self).reserve(key, fingerprint, token, lease).await
+        (**self).reserve(key, tool, fingerprint, token, lease).await
     }
     async fn complete(
         &self,
@@ -389,10 +434,26 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        (**self).purge_expired().await
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        (**self).purge_expired(limit).await
     }
     async fn now(&self) -> Result<SystemTime, StoreError> {
         (**self).now().await
+    }
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        (**self).list(filter, cursor, limit).await
+    }
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        (**self).resolve(key, seen, resolution).await
     }
 }

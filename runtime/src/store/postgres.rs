@@ -12,11 +12,15 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::NoTls;
 
 use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
-use super::{from_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use super::{
+    from_millis, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey, Reservation,
+    Resolution, Store, StoreError, Token,
+};
 use crate::Fingerprint;
 
-/// The schema version this build writes, kept per table in `toolkey_schema_version`.
-const SCHEMA_VERSION: i32 = 1;
+/// The schema version this build writes, kept per table in `toolkey_schema_version`. Version 1
+/// had no `tool` column; [`PostgresStore::migrate`] adds it.
+const SCHEMA_VERSION: i32 = 2;
 
 /// The server's clock, cut to whole milliseconds as every store keeps time. Every stored time and
 /// every comparison uses it, so SQL and the Rust side never disagree inside a millisecond.
@@ -222,6 +226,19 @@ impl PostgresStore {
                     .await
                     .map_err(Failure::Db)?;
                 }
+                // Records of version 1 read as they are; their tool is unknown (NULL).
+                Some(1) => {
+                    tx.batch_execute(&sql.add_tool).await.map_err(Failure::Db)?;
+                    tx.execute(
+                        &format!(
+                            "UPDATE {} SET version = $2 WHERE table_name = $1",
+                            sql.versions
+                        ),
+                        &[&sql.table_name, &SCHEMA_VERSION],
+                    )
+                    .await
+                    .map_err(Failure::Db)?;
+                }
                 Some(SCHEMA_VERSION) => {}
                 Some(other) => {
                     return Err(Failure::Refused(format!(
@@ -331,6 +348,7 @@ fn stored_at(
         outcome: row.try_get(at + 5).map_err(corrupt)?,
         completed_at_ms: row.try_get(at + 6).map_err(corrupt)?,
         expires_at_ms: row.try_get(at + 7).map_err(corrupt)?,
+        tool: row.try_get(at + 9).map_err(corrupt)?,
     };
     let now: i64 = row.try_get(at + 8).map_err(corrupt)?;
     Ok((stored, now))
@@ -513,6 +531,8 @@ struct Sql {
     table: String,
     versions: String,
     create: String,
+    /// The migration from version 1.
+    add_tool: String,
     reserve: String,
     read: String,
     complete: String,
@@ -521,6 +541,9 @@ struct Sql {
     mark_unknown: String,
     take_over: String,
     purge: String,
+    list: String,
+    resolve_done: String,
+    resolve_not_done: String,
     now: String,
 }
 
@@ -536,12 +559,16 @@ impl Sql {
         let fenced = format!("tenant = $1 AND key = $2 AND token = $3 AND state = '{IN_PROGRESS}'");
         // A record's columns and the server's clock, as `stored_at` reads them.
         let columns = format!(
-            "state, token, fingerprint, {}, {}, outcome, {}, {}, {}",
+            "state, token, fingerprint, {}, {}, outcome, {}, {}, {}, tool",
             ms("since"),
             ms("lease_until"),
             ms("completed_at"),
             ms("expires_at"),
             ms(NOW),
+        );
+        let resolvable = format!(
+            "tenant = $1 AND key = $2 AND token = $3
+             AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
         );
         Sql {
             versions: qualify("toolkey_schema_version"),
@@ -557,6 +584,7 @@ impl Sql {
                      outcome      text,
                      completed_at timestamptz,
                      expires_at   timestamptz,
+                     tool         text,
                      PRIMARY KEY (tenant, key)
                  );
                  CREATE INDEX {index} ON {t} (expires_at) WHERE state = '{COMPLETED}';"
@@ -569,22 +597,22 @@ impl Sql {
             reserve: format!(
                 "WITH expired AS (
                      UPDATE {t} SET
-                         state = '{IN_PROGRESS}', token = $3, fingerprint = $4, since = {NOW},
+                         state = '{IN_PROGRESS}', token = $3, fingerprint = $4, since = {NOW}, tool = $6,
                          lease_until = {NOW} + $5::int8 * interval '1 millisecond',
                          outcome = NULL, completed_at = NULL, expires_at = NULL
                      WHERE tenant = $1 AND key = $2
                        AND state = '{COMPLETED}' AND expires_at <= {NOW}
                      RETURNING 1
                  ), inserted AS (
-                     INSERT INTO {t} (tenant, key, state, token, fingerprint, since, lease_until)
-                     VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+                     INSERT INTO {t} (tenant, key, state, token, fingerprint, since, lease_until, tool)
+                     VALUES ($1, $2, '{IN_PROGRESS}', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond', $6)
                      ON CONFLICT (tenant, key) DO NOTHING
                      RETURNING 1
                  ), reserved AS (
                      SELECT 1 FROM expired UNION ALL SELECT 1 FROM inserted
                  )
                  SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
-                        NULL::text, NULL::int8, NULL::int8, NULL::int8
+                        NULL::text, NULL::int8, NULL::int8, NULL::int8, NULL::text
                  FROM reserved
                  UNION ALL
                  SELECT false, {columns}
@@ -608,7 +636,36 @@ impl Sql {
                  WHERE tenant = $1 AND key = $2 AND token = $3
                    AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
             ),
-            purge: format!("DELETE FROM {t} WHERE state = '{COMPLETED}' AND expires_at <= {NOW}"),
+            add_tool: format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS tool text"),
+            purge: format!(
+                "DELETE FROM {t} WHERE (tenant, key) IN (
+                     SELECT tenant, key FROM {t}
+                     WHERE state = '{COMPLETED}' AND expires_at <= {NOW} LIMIT $1)"
+            ),
+            // After the cursor, narrowed by every filter the table can judge (the rest,
+            // completed against failed, is judged on the rows read).
+            list: format!(
+                "SELECT tenant, key, {columns} FROM {t}
+                 WHERE ($1::text IS NULL OR (tenant, key) > ($1::text, $2::text))
+                   AND ($3::text IS NULL OR tenant = $3)
+                   AND ($4::text IS NULL OR tool = $4)
+                   AND ($5::text IS NULL OR key = $5)
+                   AND ($6::int8 IS NULL OR since <= {NOW} - $6::int8 * interval '1 millisecond')
+                   AND ($7::text IS NULL
+                        OR ($7 = 'in_progress' AND state = '{IN_PROGRESS}' AND lease_until > {NOW})
+                        OR ($7 = 'unknown' AND (state = '{UNKNOWN}'
+                            OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW})))
+                        OR ($7 IN ('completed', 'failed') AND state = '{COMPLETED}'
+                            AND expires_at > {NOW}))
+                 ORDER BY tenant, key
+                 LIMIT $8"
+            ),
+            resolve_done: format!(
+                "UPDATE {t} SET state = '{COMPLETED}', outcome = $4, completed_at = {NOW},
+                     expires_at = {NOW} + $5::int8 * interval '1 millisecond'
+                 WHERE {resolvable}"
+            ),
+            resolve_not_done: format!("DELETE FROM {t} WHERE {resolvable}"),
             now: format!("SELECT {}", ms(NOW)),
             schema,
             table_name: table.name,
@@ -622,6 +679,7 @@ impl Store for PostgresStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
@@ -637,7 +695,7 @@ impl Store for PostgresStore {
                     client
                         .query_opt(
                             &statement,
-                            &[&key.tenant, &key.key, &token.as_str(), &fp, &lease],
+                            &[&key.tenant, &key.key, &token.as_str(), &fp, &lease, &tool],
                         )
                         .await
                         .map_err(Failure::Db)
@@ -740,8 +798,88 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.execute(&self.sql.purge, &[]).await
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.execute(&self.sql.purge, &[&limit]).await
+    }
+
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let after = cursor.map(Cursor::key).transpose()?;
+        let limit = limit.max(1);
+        let (after_tenant, after_key) = (
+            after.as_ref().map(|a| a.tenant.as_str()),
+            after.as_ref().map(|a| a.key.as_str()),
+        );
+        let older_than = filter.older_than.map(super::millis);
+        let state = filter.state.map(EntryState::as_str);
+        let count = i64::try_from(limit).unwrap_or(i64::MAX);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &after_tenant,
+            &after_key,
+            &filter.tenant,
+            &filter.tool,
+            &filter.key,
+            &older_than,
+            &state,
+            &count,
+        ];
+        let rows = self
+            .run(async |client: &mut ClientWrapper| {
+                let statement = client
+                    .prepare_cached(&self.sql.list)
+                    .await
+                    .map_err(Failure::Db)?;
+                client.query(&statement, &params).await.map_err(Failure::Db)
+            })
+            .await?;
+        let mut page = Page::default();
+        for row in &rows {
+            let key = RecordKey::new(
+                row.try_get::<_, String>(0)
+                    .map_err(StoreError::unavailable)?,
+                row.try_get::<_, String>(1)
+                    .map_err(StoreError::unavailable)?,
+            );
+            let (stored, now) = stored_at(row, 2, &key)?;
+            if let Some(entry) = stored.to_entry(&key, now)? {
+                if filter.admits(&entry, from_millis(now)) {
+                    page.entries.push(entry);
+                }
+            }
+            if rows.len() == limit {
+                page.next = Some(Cursor::after(&key));
+            }
+        }
+        Ok(page)
+    }
+
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        let changed = match resolution {
+            Resolution::Done { outcome, retain } => {
+                let (text, retain) = (outcome.to_stored(), span_ms(*retain));
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&key.tenant, &key.key, &seen.as_str(), &text, &retain];
+                self.execute(&self.sql.resolve_done, &params).await?
+            }
+            Resolution::NotDone => {
+                self.execute(
+                    &self.sql.resolve_not_done,
+                    &[&key.tenant, &key.key, &seen.as_str()],
+                )
+                .await?
+            }
+        };
+        Ok(changed > 0)
     }
 
     async fn now(&self) -> Result<SystemTime, StoreError> {

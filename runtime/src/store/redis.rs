@@ -10,7 +10,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 
 use super::row::{span_ms, StoredRecord};
-use super::{from_millis, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use super::{
+    from_millis, Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation, Resolution, Store,
+    StoreError, Token,
+};
 use crate::Fingerprint;
 
 /// How long a completed record stays in Redis after its retention: the TTL only frees memory,
@@ -21,6 +24,10 @@ const TTL_MARGIN: Duration = Duration::from_secs(60);
 
 /// How many keys one `SCAN` step of [`Store::purge_expired`] asks for.
 const SCAN_COUNT: usize = 500;
+
+/// The schema version this build writes, kept in the key `<prefix>.version`. Version 1 (no such
+/// key) kept no `tool` field; its records read as they are, with their tool unknown.
+const SCHEMA_VERSION: i64 = 2;
 
 /// Keeps each record in a Redis hash, and changes it only in Lua scripts that read the record
 /// and the server's clock (`TIME`) and write in one atomic step, so workers with skewed clocks
@@ -138,6 +145,41 @@ impl RedisStore {
         out
     }
 
+    /// The record key a Redis key of this store's spells, or `None` for a key that is not one
+    /// of its records.
+    fn record_key(&self, redis_key: &[u8]) -> Option<RecordKey> {
+        let text = std::str::from_utf8(redis_key).ok()?;
+        let rest = text.strip_prefix(self.prefix.as_str())?.strip_prefix(':')?;
+        let (mut parts, mut part, mut escaped) = (Vec::new(), String::new(), false);
+        for c in rest.chars() {
+            match c {
+                _ if escaped => {
+                    part.push(c);
+                    escaped = false;
+                }
+                '\\' => escaped = true,
+                ':' => parts.push(std::mem::take(&mut part)),
+                _ => part.push(c),
+            }
+        }
+        parts.push(part);
+        match <[String; 2]>::try_from(parts) {
+            Ok([tenant, key]) if !escaped => Some(RecordKey::new(tenant, key)),
+            _ => None,
+        }
+    }
+
+    /// The `SCAN MATCH` pattern of this store's records (of one tenant's, if given).
+    fn pattern(&self, tenant: Option<&str>) -> String {
+        match tenant {
+            Some(tenant) => {
+                let spelled = self.redis_key(&RecordKey::new(tenant, ""));
+                format!("{}*", glob_escape(&spelled))
+            }
+            None => format!("{}:*", glob_escape(&self.prefix)),
+        }
+    }
+
     /// Reads a record and the server's clock in one step; `None` when there is no record.
     async fn read(
         &self,
@@ -222,6 +264,7 @@ impl RedisStoreBuilder {
         let mut conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(unavailable)?;
+        check_version(&mut conn, &self.prefix).await?;
         let eviction_policy = read_eviction_policy(&mut conn).await?;
         match eviction_policy.as_deref() {
             Some(policy) => {
@@ -242,6 +285,35 @@ impl RedisStoreBuilder {
             prefix: self.prefix,
             eviction_policy,
         })
+    }
+}
+
+/// Records the schema version under the prefix, or refuses records written by a newer toolkey.
+async fn check_version(conn: &mut ConnectionManager, prefix: &str) -> Result<(), StoreError> {
+    let key = format!("{prefix}.version");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(SCHEMA_VERSION)
+        .arg("NX")
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    let found: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    match found.as_deref().map(str::parse::<i64>) {
+        // Version 1 kept no version key: setting it is the whole migration.
+        Some(Ok(version)) if version <= SCHEMA_VERSION => Ok(()),
+        other => Err(StoreError::Config(format!(
+            "redis: prefix {prefix:?} has schema version {}, this toolkey knows version \
+             {SCHEMA_VERSION}: it was written by a newer toolkey",
+            match other {
+                Some(Ok(v)) => v.to_string(),
+                _ => format!("{found:?}"),
+            }
+        ))),
     }
 }
 
@@ -292,7 +364,8 @@ enum Read {
 }
 
 /// Reads a script's reply: `["reserved"]`, `["absent"]`, `["corrupt", why]` or
-/// `["record", now, state, token, fp, since, lease_until, outcome, completed_at, expires_at]`.
+/// `["record", now, state, token, fp, since, lease_until, outcome, completed_at, expires_at,
+/// tool]`.
 fn parse_read(key: &RecordKey, reply: Vec<Option<Vec<u8>>>) -> Result<Read, StoreError> {
     let corrupt = |why: &str| StoreError::corrupt(key, why.to_string());
     let mut fields = reply.into_iter().map(|field| {
@@ -333,7 +406,9 @@ fn parse_read(key: &RecordKey, reply: Vec<Option<Vec<u8>>>) -> Result<Read, Stor
     let outcome = next()?;
     let completed_at_ms = int(next()?, "completed_at")?;
     let expires_at_ms = int(next()?, "expires_at")?;
+    let tool = next()?;
     let stored = StoredRecord {
+        tool,
         state,
         token,
         fingerprint,
@@ -357,6 +432,8 @@ struct Scripts {
     mark_unknown: Script,
     take_over: Script,
     purge: Script,
+    list: Script,
+    resolve: Script,
 }
 
 /// Shared by every script: the server's clock in milliseconds, and the record read as the fields
@@ -372,10 +449,14 @@ local function load(key)
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'none' then return nil end
   if kind ~= 'hash' then return false end
-  return redis.call('HMGET', key, 'state', 'token', 'fp', 'since', 'lease_until', 'outcome', 'completed_at', 'expires_at')
+  return redis.call('HMGET', key, 'state', 'token', 'fp', 'since', 'lease_until', 'outcome', 'completed_at', 'expires_at', 'tool')
 end
 local function reply(now, r)
-  return {'record', ms(now), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]}
+  return {'record', ms(now), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]}
+end
+local function stale(r, now)
+  local lease_until = tonumber(r[5])
+  return r[1] == 'unknown' or (r[1] == 'in_progress' and lease_until ~= nil and lease_until <= now)
 end
 local function expired(r, now)
   local at = tonumber(r[8])
@@ -389,7 +470,7 @@ end
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
     Scripts {
-        // KEYS[1] record; ARGV token, fingerprint, lease ms.
+        // KEYS[1] record; ARGV token, fingerprint, lease ms, tool.
         reserve: script(
             r#"
 local r = load(KEYS[1])
@@ -400,7 +481,7 @@ if r then
   redis.call('DEL', KEYS[1])
 end
 redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[1], 'fp', ARGV[2],
-  'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])))
+  'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])), 'tool', ARGV[4])
 return {'reserved'}
 "#,
         ),
@@ -456,8 +537,7 @@ return 1
 local r = load(KEYS[1])
 if not r or r[2] ~= ARGV[1] then return 0 end
 local now = now_ms()
-local lease_until = tonumber(r[5])
-if r[1] == 'unknown' or (r[1] == 'in_progress' and lease_until ~= nil and lease_until <= now) then
+if stale(r, now) then
   redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[2],
     'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])))
   return 1
@@ -480,6 +560,38 @@ end
 return n
 "#,
         ),
+        // KEYS: records found by SCAN. One reply per key: the record, or `{'skip'}` for a key
+        // that is gone or not a hash.
+        list: script(
+            r#"
+local now = now_ms()
+local out = {}
+for i, key in ipairs(KEYS) do
+  local r = load(key)
+  if r then out[i] = reply(now, r) else out[i] = {'skip'} end
+end
+return out
+"#,
+        ),
+        // KEYS[1] record; ARGV seen token, 'done' or 'not_done', outcome, retain ms, TTL margin
+        // ms.
+        resolve: script(
+            r#"
+local r = load(KEYS[1])
+if not r or r[2] ~= ARGV[1] then return 0 end
+local now = now_ms()
+if not stale(r, now) then return 0 end
+if ARGV[2] == 'not_done' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local retain = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[3],
+  'completed_at', ms(now), 'expires_at', ms(now + retain))
+redis.call('PEXPIRE', KEYS[1], ms(retain + tonumber(ARGV[5])))
+return 1
+"#,
+        ),
     }
 });
 
@@ -500,13 +612,14 @@ impl Store for RedisStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (fp, lease) = (fingerprint.to_hex(), span_ms(lease).to_string());
         match self
-            .read(&SCRIPTS.reserve, key, &[token.as_str(), &fp, &lease])
+            .read(&SCRIPTS.reserve, key, &[token.as_str(), &fp, &lease, tool])
             .await?
         {
             Read::Reserved => Ok(Reservation::Reserved(token.clone())),
@@ -585,11 +698,12 @@ impl Store for RedisStore {
     }
 
     /// Completed records leave Redis by their TTL soon after they expire; this deletes those
-    /// still there. It walks the prefix's keys with `SCAN`, so it costs time in proportion to the
-    /// number of records: run it rarely, if at all.
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    /// still there, walking the prefix's keys with `SCAN` until it deleted `limit` or saw every
+    /// key. Each call starts a new walk, so it costs time in proportion to the number of
+    /// records: run it rarely, if at all.
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let mut conn = self.conn.clone();
-        let pattern = format!("{}:*", glob_escape(&self.prefix));
+        let pattern = self.pattern(None);
         let mut cursor = 0u64;
         let mut purged = 0u64;
         loop {
@@ -598,13 +712,16 @@ impl Store for RedisStore {
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(SCAN_COUNT)
+                .arg(SCAN_COUNT.min(limit.max(1)))
                 .query_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
-            if !keys.is_empty() {
+            for batch in keys.chunks(limit.saturating_sub(purged as usize).max(1)) {
+                if purged as usize >= limit {
+                    break;
+                }
                 let mut invocation = SCRIPTS.purge.prepare_invoke();
-                for key in &keys {
+                for key in batch {
                     invocation.key(key.as_slice());
                 }
                 let n: u64 = invocation
@@ -613,10 +730,107 @@ impl Store for RedisStore {
                     .map_err(unavailable)?;
                 purged += n;
             }
-            if next == 0 {
+            if next == 0 || purged as usize >= limit {
                 return Ok(purged);
             }
             cursor = next;
+        }
+    }
+
+    /// Walks the prefix's keys (one tenant's, when the filter names it) with `SCAN`: a page is
+    /// one `SCAN` step of about `limit` keys, read with the server's clock in one script.
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let mut conn = self.conn.clone();
+        let keys: Vec<Vec<u8>>;
+        let mut page = Page::default();
+        if let (Some(tenant), Some(key)) = (&filter.tenant, &filter.key) {
+            if cursor.is_some() {
+                return Ok(page);
+            }
+            keys = vec![self.redis_key(&RecordKey::new(tenant, key)).into_bytes()];
+        } else {
+            let from: u64 = match cursor {
+                Some(c) => c.as_str().parse().map_err(|_| {
+                    StoreError::Config(format!("not a cursor of this store: {:?}", c.as_str()))
+                })?,
+                None => 0,
+            };
+            let (next, found): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(from)
+                .arg("MATCH")
+                .arg(self.pattern(filter.tenant.as_deref()))
+                .arg("COUNT")
+                .arg(limit.max(1))
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            page.next = (next != 0).then(|| Cursor::new(next.to_string()));
+            keys = found;
+        }
+        if keys.is_empty() {
+            return Ok(page);
+        }
+        let mut invocation = SCRIPTS.list.prepare_invoke();
+        for key in &keys {
+            invocation.key(key.as_slice());
+        }
+        let replies: Vec<Vec<Option<Vec<u8>>>> = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        for (redis_key, reply) in keys.iter().zip(replies) {
+            let Some(key) = self.record_key(redis_key) else {
+                continue;
+            };
+            if reply
+                .first()
+                .is_some_and(|tag| tag.as_deref() == Some(b"skip"))
+            {
+                continue;
+            }
+            if let Read::Found(stored, now) = parse_read(&key, reply)? {
+                if let Some(entry) = stored.to_entry(&key, now)? {
+                    if filter.admits(&entry, from_millis(now)) {
+                        page.entries.push(entry);
+                    }
+                }
+            }
+        }
+        page.entries
+            .sort_by(|a, b| (&a.key.tenant, &a.key.key).cmp(&(&b.key.tenant, &b.key.key)));
+        Ok(page)
+    }
+
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        let margin = span_ms(TTL_MARGIN).to_string();
+        match resolution {
+            Resolution::Done { outcome, retain } => {
+                let (text, retain) = (outcome.to_stored(), span_ms(*retain).to_string());
+                self.fenced(
+                    &SCRIPTS.resolve,
+                    key,
+                    &[seen.as_str(), "done", &text, &retain, &margin],
+                )
+                .await
+            }
+            Resolution::NotDone => {
+                self.fenced(
+                    &SCRIPTS.resolve,
+                    key,
+                    &[seen.as_str(), "not_done", "", "0", &margin],
+                )
+                .await
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //! store's clock in one place, so the memory, SQLite, PostgreSQL and Redis stores read records
 //! alike.
 
-use super::{from_millis, Outcome, Record, RecordKey, StoreError, Token};
+use super::{from_millis, Entry, EntryState, Outcome, Record, RecordKey, StoreError, Token};
 use crate::Fingerprint;
 
 /// The stored name of each state.
@@ -23,6 +23,9 @@ pub(crate) fn span_ms(d: std::time::Duration) -> i64 {
 /// One stored row, read as it is: nothing is parsed until [`StoredRecord::to_record`].
 #[derive(Debug, Clone)]
 pub(crate) struct StoredRecord {
+    /// The tool (or `tool/step`) that reserved it; `None` in records written before stores
+    /// kept it (schema version 1).
+    pub tool: Option<String>,
     pub state: String,
     pub token: String,
     pub fingerprint: String,
@@ -49,11 +52,50 @@ impl StoredRecord {
         self.state == IN_PROGRESS && self.token == token.as_str()
     }
 
+    /// Unknown under `seen` at `now_ms`: the only record an operator may resolve.
+    pub fn resolvable(&self, seen: &Token, now_ms: i64) -> bool {
+        self.token == seen.as_str() && self.stale(now_ms)
+    }
+
+    /// The record as an operator lists it, at `now_ms` by the store's clock; `None` when it
+    /// expired (absent to every call). Anything that does not read back is
+    /// [`StoreError::Corrupt`].
+    pub fn to_entry(&self, key: &RecordKey, now_ms: i64) -> Result<Option<Entry>, StoreError> {
+        if self.expired(now_ms) {
+            return Ok(None);
+        }
+        let record = self.to_record(key, now_ms)?;
+        let (state, reported, outcome) = match record {
+            Record::InProgress { .. } => (EntryState::InProgress, false, None),
+            Record::Stale { reported, .. } => (EntryState::Unknown, reported, None),
+            Record::Completed { outcome, .. } => {
+                let state = match outcome {
+                    Outcome::Ok(_) => EntryState::Completed,
+                    Outcome::Err(_) => EntryState::Failed,
+                };
+                (state, false, Some(outcome))
+            }
+        };
+        let finished = outcome.is_some();
+        Ok(Some(Entry {
+            key: key.clone(),
+            tool: self.tool.clone().filter(|t| !t.is_empty()),
+            state,
+            reported,
+            fingerprint: record_fingerprint(&self.fingerprint, key)?,
+            since: from_millis(self.since_ms),
+            lease_until: (!finished).then(|| from_millis(self.lease_until_ms)),
+            completed_at: self.completed_at_ms.map(from_millis),
+            expires_at: self.expires_at_ms.map(from_millis),
+            outcome,
+            revision: Token::from_stored(self.token.clone()),
+        }))
+    }
+
     /// The record as the trait describes it, at `now_ms` by the store's clock. Anything that does
     /// not read back is [`StoreError::Corrupt`].
     pub fn to_record(&self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
-        let fingerprint = Fingerprint::from_hex(&self.fingerprint)
-            .map_err(|e| StoreError::corrupt(key, format!("fingerprint: {e}")))?;
+        let fingerprint = record_fingerprint(&self.fingerprint, key)?;
         let since = from_millis(self.since_ms);
         Ok(match self.state.as_str() {
             COMPLETED => {
@@ -98,6 +140,10 @@ impl StoredRecord {
     }
 }
 
+fn record_fingerprint(hex: &str, key: &RecordKey) -> Result<Fingerprint, StoreError> {
+    Fingerprint::from_hex(hex).map_err(|e| StoreError::corrupt(key, format!("fingerprint: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +151,7 @@ mod tests {
 
     fn row(state: &str) -> StoredRecord {
         StoredRecord {
+            tool: Some("tool".into()),
             state: state.into(),
             token: "t".into(),
             fingerprint: Fingerprint::of(&json!(1)).unwrap().to_hex(),

@@ -10,13 +10,14 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
 use super::{
-    to_millis, Clock, Outcome, Record, RecordKey, Reservation, Store, StoreError, SystemClock,
-    Token,
+    from_millis, to_millis, Clock, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey,
+    Reservation, Resolution, Store, StoreError, SystemClock, Token,
 };
 use crate::Fingerprint;
 
-/// The schema version this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+/// The schema version this build writes, kept in `PRAGMA user_version`. Version 1 had no
+/// `tool` column; [`migrate`] adds it.
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another process's write lock before the store answers
 /// [`StoreError::Unavailable`].
@@ -34,13 +35,36 @@ CREATE TABLE toolkey_records (
     outcome         TEXT,
     completed_at_ms INTEGER,
     expires_at_ms   INTEGER,
+    tool            TEXT,
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
 CREATE INDEX toolkey_records_expiry ON toolkey_records (expires_at_ms) WHERE state = 'completed';
 ";
 
-const COLUMNS: &str =
-    "state, token, fingerprint, since_ms, lease_until_ms, outcome, completed_at_ms, expires_at_ms";
+const COLUMNS: &str = "state, token, fingerprint, since_ms, lease_until_ms, outcome, \
+                       completed_at_ms, expires_at_ms, tool";
+
+/// The records a listing looks at: after the cursor, narrowed by every filter the table can
+/// judge (the rest, completed against failed, is judged on the rows read).
+const LIST: &str = "
+SELECT tenant, key, state, token, fingerprint, since_ms, lease_until_ms, outcome,
+       completed_at_ms, expires_at_ms, tool
+FROM toolkey_records
+WHERE (?1 IS NULL OR (tenant, key) > (?1, ?2))
+  AND (?3 IS NULL OR tenant = ?3)
+  AND (?4 IS NULL OR tool = ?4)
+  AND (?5 IS NULL OR key = ?5)
+  AND (?6 IS NULL OR since_ms <= ?6)
+  AND (?7 IS NULL
+       OR (?7 = 'in_progress' AND state = 'in_progress' AND lease_until_ms > ?8)
+       OR (?7 = 'unknown' AND (state = 'unknown' OR (state = 'in_progress' AND lease_until_ms <= ?8)))
+       OR (?7 IN ('completed', 'failed') AND state = 'completed' AND expires_at_ms > ?8))
+ORDER BY tenant, key
+LIMIT ?9";
+
+/// A record nobody knows the outcome of, under the revision an operator saw.
+const RESOLVABLE: &str = "tenant = ?1 AND key = ?2 AND token = ?3
+    AND (state = 'unknown' OR (state = 'in_progress' AND lease_until_ms <= ?4))";
 
 /// Keeps records in one SQLite file (the bundled SQLite, in WAL mode).
 ///
@@ -235,6 +259,13 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(unavailable)?;
         }
+        // Records of version 1 read as they are; their tool is unknown (NULL).
+        1 => {
+            tx.execute_batch("ALTER TABLE toolkey_records ADD COLUMN tool TEXT")
+                .map_err(unavailable)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(unavailable)?;
+        }
         SCHEMA_VERSION => {}
         other => {
             return Err(StoreError::Config(format!(
@@ -268,11 +299,20 @@ fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, 
     let mut rows = stmt
         .query(params![key.tenant, key.key])
         .map_err(unavailable)?;
-    let Some(row) = rows.next().map_err(unavailable)? else {
-        return Ok(None);
-    };
+    match rows.next().map_err(unavailable)? {
+        Some(row) => stored_at(row, key, 0).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The record in `row`'s columns from `at` on, in [`COLUMNS`]' order.
+fn stored_at(
+    row: &rusqlite::Row<'_>,
+    key: &RecordKey,
+    at: usize,
+) -> Result<StoredRecord, StoreError> {
     let text = |i: usize| -> Result<Option<String>, StoreError> {
-        match row.get_ref(i).map_err(unavailable)? {
+        match row.get_ref(at + i).map_err(unavailable)? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(t) => String::from_utf8(t.to_vec())
                 .map(Some)
@@ -284,7 +324,7 @@ fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, 
         }
     };
     let int = |i: usize| -> Result<Option<i64>, StoreError> {
-        match row.get_ref(i).map_err(unavailable)? {
+        match row.get_ref(at + i).map_err(unavailable)? {
             ValueRef::Null => Ok(None),
             ValueRef::Integer(n) => Ok(Some(n)),
             other => Err(StoreError::corrupt(
@@ -297,7 +337,7 @@ fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, 
         }
     };
     let missing = |what: &str| StoreError::corrupt(key, format!("{what} is missing"));
-    Ok(Some(StoredRecord {
+    Ok(StoredRecord {
         state: text(0)?.ok_or_else(|| missing("state"))?,
         token: text(1)?.ok_or_else(|| missing("token"))?,
         fingerprint: text(2)?.ok_or_else(|| missing("fingerprint"))?,
@@ -306,7 +346,8 @@ fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, 
         outcome: text(5)?,
         completed_at_ms: int(6)?,
         expires_at_ms: int(7)?,
-    }))
+        tool: text(8)?,
+    })
 }
 
 /// Runs one fenced statement; true when it changed a row.
@@ -320,11 +361,13 @@ impl Store for SqliteStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
+        let tool = tool.to_owned();
         let (conn, clock) = (self.conn.clone(), self.clock.clone());
         tokio::task::spawn_blocking(move || {
             let mut conn = lock(&conn);
@@ -344,15 +387,23 @@ impl Store for SqliteStore {
                     tx,
                     &format!(
                         "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
-                         VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?1, ?2)
+                         VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
                          ON CONFLICT (tenant, key) DO UPDATE SET
-                             state = excluded.state, token = excluded.token,
+                             state = excluded.state, token = excluded.token, tool = excluded.tool,
                              fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
                              lease_until_ms = excluded.lease_until_ms, outcome = NULL,
                              completed_at_ms = NULL, expires_at_ms = NULL
                          WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
                     ),
-                    params![key.tenant, key.key, token.as_str(), fp, now, lease_until],
+                    params![
+                        key.tenant,
+                        key.key,
+                        token.as_str(),
+                        fp,
+                        now,
+                        lease_until,
+                        tool
+                    ],
                 )?;
                 if inserted {
                     return Ok(Reservation::Reserved(token));
@@ -485,20 +536,106 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(move |tx, now| {
             let mut stmt = tx
                 .prepare_cached(&format!(
-                    "DELETE FROM toolkey_records WHERE state = '{COMPLETED}' AND expires_at_ms <= ?1"
+                    "DELETE FROM toolkey_records WHERE (tenant, key) IN (
+                         SELECT tenant, key FROM toolkey_records
+                         WHERE state = '{COMPLETED}' AND expires_at_ms <= ?1 LIMIT ?2)"
                 ))
                 .map_err(unavailable)?;
-            Ok(stmt.execute(params![now]).map_err(unavailable)? as u64)
+            Ok(stmt.execute(params![now, limit]).map_err(unavailable)? as u64)
         })
         .await
     }
 
     async fn now(&self) -> Result<SystemTime, StoreError> {
         Ok(self.clock.now())
+    }
+
+    async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let after = cursor.map(Cursor::key).transpose()?;
+        let filter = filter.clone();
+        let limit = limit.max(1);
+        self.read(move |conn, now| {
+            let mut stmt = conn.prepare_cached(LIST).map_err(unavailable)?;
+            let since_before = filter
+                .older_than
+                .map(|age| now.saturating_sub(super::millis(age)));
+            let mut rows = stmt
+                .query(params![
+                    after.as_ref().map(|a| &a.tenant),
+                    after.as_ref().map(|a| &a.key),
+                    filter.tenant,
+                    filter.tool,
+                    filter.key,
+                    since_before,
+                    filter.state.map(EntryState::as_str),
+                    now,
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                ])
+                .map_err(unavailable)?;
+            let mut page = Page::default();
+            let mut seen = 0;
+            let mut last = None;
+            while let Some(row) = rows.next().map_err(unavailable)? {
+                let key = RecordKey::new(
+                    row.get::<_, String>(0).map_err(unavailable)?,
+                    row.get::<_, String>(1).map_err(unavailable)?,
+                );
+                let stored = stored_at(row, &key, 2)?;
+                if let Some(entry) = stored.to_entry(&key, now)? {
+                    if filter.admits(&entry, from_millis(now)) {
+                        page.entries.push(entry);
+                    }
+                }
+                seen += 1;
+                last = Some(key);
+            }
+            page.next = last.filter(|_| seen == limit).map(|k| Cursor::after(&k));
+            Ok(page)
+        })
+        .await
+    }
+
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<bool, StoreError> {
+        let (key, seen, resolution) = (key.clone(), seen.clone(), resolution.clone());
+        self.write(move |tx, now| match resolution {
+            Resolution::Done { outcome, retain } => fenced(
+                tx,
+                &format!(
+                    "UPDATE toolkey_records SET state = '{COMPLETED}', outcome = ?5,
+                         completed_at_ms = ?4, expires_at_ms = ?6
+                     WHERE {RESOLVABLE}"
+                ),
+                params![
+                    key.tenant,
+                    key.key,
+                    seen.as_str(),
+                    now,
+                    outcome.to_stored(),
+                    now.saturating_add(span_ms(retain))
+                ],
+            ),
+            Resolution::NotDone => fenced(
+                tx,
+                &format!("DELETE FROM toolkey_records WHERE {RESOLVABLE}"),
+                params![key.tenant, key.key, seen.as_str(), now],
+            ),
+        })
+        .await
     }
 }
 
@@ -517,7 +654,7 @@ mod tests {
         drop(conn);
         let err = SqliteStore::open(&path).unwrap_err();
         assert!(
-            matches!(&err, StoreError::Config(m) if m.contains("schema version 2")),
+            matches!(&err, StoreError::Config(m) if m.contains(&format!("schema version {}", SCHEMA_VERSION + 1))),
             "{err}"
         );
         std::fs::remove_dir_all(dir).unwrap();

@@ -82,12 +82,15 @@ impl Store for WorkerStore {
     async fn reserve(
         &self,
         key: &RecordKey,
+        tool: &str,
         fingerprint: &Fingerprint,
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.control.gate(false).await;
-        self.inner.reserve(key, fingerprint, token, lease).await
+        self.inner
+            .reserve(key, tool, fingerprint, token, lease)
+            .await
     }
     async fn complete(
         &self,
@@ -134,9 +137,9 @@ impl Store for WorkerStore {
         self.control.gate(false).await;
         self.inner.get(key).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.control.gate(false).await;
-        self.inner.purge_expired().await
+        self.inner.purge_expired(limit).await
     }
     async fn now(&self) -> Result<SystemTime, StoreError> {
         self.control.gate(false).await;

@@ -1,0 +1,162 @@
+//! Operator operations on any store: what is stuck and why, resolving it safely, purging.
+//!
+//! When a worker dies mid-call its record is left unknown, and a model that calls again is told
+//! to ask a person. [`Admin`] is what that person uses (the `toolkey` command-line tool is a thin
+//! face on it): [`Admin::list`] shows records by tenant, tool, state and age, [`Admin::show`]
+//! one record with its revision, and [`Admin::resolve`] settles an unknown record as done (the
+//! model's retry replays the result given) or not done (the retry runs it once). A resolution
+//! names the revision the operator saw, and the store refuses it if the record changed since,
+//! or is no longer unknown: a worker that was alive after all, or a retry that took the record
+//! over, is never overwritten.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use toolkey::admin::Admin;
+//! use toolkey::store::{EntryState, Filter, MemoryStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), toolkey::store::StoreError> {
+//! let admin = Admin::new(Arc::new(MemoryStore::new()));
+//! let stuck = admin
+//!     .list(&Filter { state: Some(EntryState::Unknown), ..Filter::default() }, 50)
+//!     .await?;
+//! assert!(stuck.is_empty());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::store::{
+    Cursor, Entry, EntryState, Filter, RecordKey, Resolution, Store, StoreError, Token,
+};
+
+/// How many records one page of a listing looks at.
+const PAGE: usize = 500;
+
+/// Operator operations on a store. Cheap to clone.
+#[derive(Clone)]
+pub struct Admin {
+    store: Arc<dyn Store>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
+}
+
+/// What [`Admin::resolve`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    /// The record was resolved as asked.
+    Applied,
+    /// The store refused: the record is not the unknown record that was shown. `now` is what it
+    /// is instead (`None`: it is gone); nothing was changed.
+    Refused {
+        /// The record as it is now.
+        now: Option<Box<Entry>>,
+    },
+}
+
+/// How many records are in each state, per tool.
+pub type Counts = BTreeMap<(Option<String>, EntryState), u64>;
+
+impl Admin {
+    /// Operator operations on `store`.
+    pub fn new(store: Arc<dyn Store>) -> Admin {
+        Admin { store }
+    }
+
+    /// Up to `max` records that `filter` admits, in key order within each page.
+    pub async fn list(&self, filter: &Filter, max: usize) -> Result<Vec<Entry>, StoreError> {
+        let mut entries = Vec::new();
+        let mut cursor: Option<Cursor> = None;
+        while entries.len() < max {
+            let page = self.store.list(filter, cursor.as_ref(), PAGE).await?;
+            entries.extend(page.entries);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        entries.truncate(max);
+        Ok(entries)
+    }
+
+    /// One record, with its revision; `None` when there is none (or it expired).
+    pub async fn show(&self, key: &RecordKey) -> Result<Option<Entry>, StoreError> {
+        let filter = Filter {
+            tenant: Some(key.tenant.clone()),
+            key: Some(key.key.clone()),
+            ..Filter::default()
+        };
+        Ok(self.list(&filter, 1).await?.pop())
+    }
+
+    /// Resolves the unknown record `key` as `resolution`, if it still is the record seen at
+    /// revision `seen` and still unknown; otherwise changes nothing and says what it is now.
+    pub async fn resolve(
+        &self,
+        key: &RecordKey,
+        seen: &Token,
+        resolution: &Resolution,
+    ) -> Result<Resolved, StoreError> {
+        if self.store.resolve(key, seen, resolution).await? {
+            tracing::info!(
+                tenant = %key.tenant,
+                key = %crate::key::log_hash(&key.key),
+                done = matches!(resolution, Resolution::Done { .. }),
+                "an operator resolved an unknown record"
+            );
+            return Ok(Resolved::Applied);
+        }
+        Ok(Resolved::Refused {
+            now: self.show(key).await?.map(Box::new),
+        })
+    }
+
+    /// Deletes every expired record, `batch` at a time, calling `progress` with the running
+    /// total after each batch. Between batches the store is free: calls keep being answered
+    /// while a large purge runs.
+    pub async fn purge(
+        &self,
+        batch: usize,
+        mut progress: impl FnMut(u64),
+    ) -> Result<u64, StoreError> {
+        let batch = batch.max(1);
+        let mut total = 0;
+        loop {
+            let purged = self.store.purge_expired(batch).await?;
+            total += purged;
+            progress(total);
+            if purged < batch as u64 {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// How many records `filter` admits, by tool and state. Reads every admitted record.
+    pub async fn counts(&self, filter: &Filter) -> Result<Counts, StoreError> {
+        let mut counts = Counts::new();
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let page = self.store.list(filter, cursor.as_ref(), PAGE).await?;
+            for entry in page.entries {
+                *counts.entry((entry.tool, entry.state)).or_default() += 1;
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(counts),
+            }
+        }
+    }
+
+    /// The store's clock, against which ages and leases are judged.
+    pub async fn now(&self) -> Result<SystemTime, StoreError> {
+        self.store.now().await
+    }
+}
