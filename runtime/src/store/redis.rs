@@ -716,10 +716,11 @@ impl Store for RedisStore {
                 .query_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
-            for batch in keys.chunks(limit.saturating_sub(purged as usize).max(1)) {
-                if purged as usize >= limit {
-                    break;
-                }
+            // Never more than `limit`: each script is given at most the keys still allowed.
+            let mut rest = keys.as_slice();
+            while !rest.is_empty() && (purged as usize) < limit {
+                let (batch, after) = rest.split_at(rest.len().min(limit - purged as usize));
+                rest = after;
                 let mut invocation = SCRIPTS.purge.prepare_invoke();
                 for key in batch {
                     invocation.key(key.as_slice());
