@@ -206,7 +206,15 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
 
     // Done: the worker sent the invoice and died before recording it.
     kill_a_worker_mid_call(url, dir.path(), &tenant, "acme", "act-then-hang");
-    let key = "invoice:acme:2026-10";
+    // The operator finds the record from the call's arguments, without knowing the key format.
+    let found = toolbox
+        .record_key("send_invoice", args("acme"), &ctx)
+        .unwrap();
+    assert_eq!(
+        (found.tenant.as_str(), found.key.as_str()),
+        (tenant.as_str(), "invoice:acme:2026-10")
+    );
+    let key = found.key.as_str();
     let entry = listed_unknown(url, &tenant, key).await;
     assert_eq!(entry["tool"], "send_invoice");
     assert_eq!(entry["reported"], false, "{entry}");
