@@ -274,7 +274,7 @@ impl Toolbox {
     ///     Ok(format!("{customer}/{period}"))
     /// }
     ///
-    /// let toolbox = Toolbox::builder().tool(send_invoice).build().unwrap();
+    /// let toolbox = Toolbox::builder().tool(SendInvoice).build().unwrap();
     /// let ctx = ToolContext::new("run-1").with_tenant("acme-corp");
     /// let key = toolbox
     ///     .record_key("send_invoice", json!({"customer": "acme", "period": "2026-10"}), &ctx)
