@@ -398,7 +398,9 @@ fn time(t: SystemTime) -> String {
 fn why(entry: &Entry) -> &'static str {
     match (entry.state, entry.reported) {
         (EntryState::Unknown, true) => "its body reported it could not tell whether it acted",
-        (EntryState::Unknown, false) => "its worker stopped renewing the lease (died or hangs)",
+        (EntryState::Unknown, false) => {
+            "its worker stopped renewing the lease: it died, or hangs (make sure it is gone first)"
+        }
         (EntryState::InProgress, _) => "its body is running",
         (EntryState::Completed, _) => "finished; a retry replays the result",
         (EntryState::Failed, _) => "finished with an error; a retry replays it",
