@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    ProgressNotificationParam, ResultType, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -269,8 +269,10 @@ impl ServerHandler for McpServer {
             }
             Err(err) => call_tool_result(&Err(err)),
         };
-        let result: CallToolResult = serde_json::from_value::<CallToolResult>(reply)
+        let mut result: CallToolResult = serde_json::from_value::<CallToolResult>(reply)
             .map_err(|e| internal(format!("a tool result is not a valid MCP result: {e}")))?;
+        // Required from 2026-07-28 on; rmcp strips it again for a client on an older version.
+        result.result_type = Some(ResultType::COMPLETE);
         Ok(result.into())
     }
 }
