@@ -10,6 +10,8 @@
 //! say loudly that they were skipped.
 #![cfg(feature = "mcp-http")]
 
+mod mcp_python;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +33,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+
+use mcp_python::python;
 
 // ---- the server -------------------------------------------------------------------------------
 
@@ -150,43 +154,6 @@ impl Server {
 }
 
 // ---- the Python SDK's client ------------------------------------------------------------------
-
-/// The Python with the MCP SDK; `None` (after saying so) when it is missing outside CI.
-fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("TOOLKEY_MCP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../target/mcp-venv/bin/python"
-            ))
-        });
-    let probe = std::process::Command::new(&python)
-        .args(["-c", "import mcp.client.streamable_http"])
-        .output();
-    let why = match probe {
-        Ok(out) if out.status.success() => return Some(python),
-        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        Err(err) => err.to_string(),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!(
-            "the Python MCP SDK at {} is missing under CI=true ({why}); install it with .ci/services.sh",
-            python.display()
-        );
-    }
-    use std::io::Write;
-    // Straight to stderr: the test harness hides what eprintln! says in a passing test.
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n==================== SKIPPED ====================\n\
-         the Python MCP SDK at {} is missing: {why}\n\
-         This test did NOT run. Install it (bash .ci/services.sh) or set TOOLKEY_MCP_PYTHON.\n\
-         =================================================",
-        python.display()
-    );
-    None
-}
 
 /// What one run of `client.py` printed, and how it ended.
 struct PySession {

@@ -2,6 +2,8 @@
 //! and the tools that act on it.
 #![allow(dead_code)]
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,6 +18,9 @@ pub struct Billing {
     pub invoices: Mutex<Vec<Invoice>>,
     pub delay: Mutex<Duration>,
     next: AtomicU64,
+    /// A file every invoice is also appended to, one JSON line each: the ledger of a billing
+    /// system that outlives the process sending the invoices.
+    journal: Option<PathBuf>,
 }
 
 impl Billing {
@@ -23,6 +28,15 @@ impl Billing {
         Billing {
             delay: Mutex::new(delay),
             ..Default::default()
+        }
+    }
+
+    /// A billing system whose invoices are also kept in `journal`, for tests whose server
+    /// processes come and go: [`journal_count`] counts them across every process.
+    pub fn journaled(journal: &Path, delay: Duration) -> Self {
+        Billing {
+            journal: Some(journal.to_path_buf()),
+            ..Billing::with_delay(delay)
         }
     }
 
@@ -42,7 +56,24 @@ impl Billing {
             memo: memo.to_string(),
         };
         self.invoices.lock().unwrap().push(invoice.clone());
+        if let Some(journal) = &self.journal {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(journal)
+                .unwrap();
+            writeln!(file, "{}", serde_json::to_string(&invoice).unwrap()).unwrap();
+            file.sync_all().unwrap();
+        }
         invoice
+    }
+}
+
+/// How many invoices a journal holds, whatever processes sent them.
+pub fn journal_count(journal: &Path) -> usize {
+    match std::fs::read_to_string(journal) {
+        Ok(text) => text.lines().count(),
+        Err(_) => 0,
     }
 }
 
@@ -87,6 +118,29 @@ pub async fn send_invoice(
     name = "send_invoice"
 )]
 pub async fn send_invoice_scaled(
+    billing: State<Billing>,
+    /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
+
+/// The design's tool with a 1 s lease: a server killed while it runs leaves a reservation that
+/// reads as unknown within a second.
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    lease = "1s",
+    name = "send_invoice"
+)]
+pub async fn send_invoice_brief_lease(
     billing: State<Billing>,
     /// Customer ID, for example "acme".
     #[arg(key = "case_insensitive")]
