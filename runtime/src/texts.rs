@@ -467,6 +467,42 @@ pub(crate) fn step_store_error(step: &str, failure: StoreFailure, problem: &str)
 }
 
 // ---------------------------------------------------------------------------------------------
+// MCP tasks
+
+/// A task's status message while its call still runs.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn task_working(tool: &str) -> String {
+    format!("`{tool}` is still running; poll again for its result")
+}
+
+/// The result of a task whose call ended without recording an outcome: a failure its tool
+/// marked as safe to retry released the key, and the answer went with it.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn task_unrecorded(code: &'static str, def: Named<'_>) -> ToolError {
+    ToolError::new(
+        code,
+        format!(
+            "`{}` ended without recording an outcome (a failure that is safe to retry), so its answer was not kept",
+            def.tool
+        ),
+    )
+    .with_retryable(true)
+    .with_suggestion("call again with the same arguments: it will not run twice")
+}
+
+/// The JSON-RPC error message for a task id this caller has no task under.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) const TASK_NOT_FOUND: &str =
+    "no such task: it was never created for this caller, or it has expired";
+
+/// The JSON-RPC error message for a task the store could not be asked about (`problem`: the
+/// store's words).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn task_unreadable(problem: &str) -> String {
+    format!("the task could not be read ({problem}); ask again shortly")
+}
+
+// ---------------------------------------------------------------------------------------------
 // Status companions
 
 /// The description of `target`'s status companion, written here once, not in every expansion.
@@ -560,6 +596,7 @@ mod tests {
             .refusal(),
             StoreError::Unavailable("connection refused".into()).step_refusal("email"),
             StoreError::Config("invalid table name".into()).step_refusal("email"),
+            task_unrecorded("NO_OUTCOME", named(Some("invoice_status"))),
         ];
         for status in [None, Some("invoice_status")] {
             let def = named(status);
@@ -619,10 +656,26 @@ mod tests {
             }
             // A code toolkey answers with is one of its own.
             assert!(
-                err.error_code().is_some() || err.code() == "RUN_ID_NOT_ACCEPTED",
+                err.error_code().is_some()
+                    || ["RUN_ID_NOT_ACCEPTED", "NO_OUTCOME"].contains(&err.code()),
                 "{err:?}"
             );
         }
+    }
+
+    #[test]
+    fn task_texts_read_as_the_model_expects() {
+        let texts = [
+            task_working("send_invoice"),
+            TASK_NOT_FOUND.to_string(),
+            task_unreadable("connection refused"),
+        ];
+        for text in texts {
+            assert!(!text.starts_with(char::is_uppercase), "{text}");
+            assert!(!text.ends_with('.'), "{text}");
+        }
+        let unrecorded = task_unrecorded("NO_OUTCOME", named(None));
+        assert!(unrecorded.is_retryable(), "{unrecorded:?}");
     }
 
     #[test]

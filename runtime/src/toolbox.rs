@@ -17,7 +17,7 @@ use crate::store::{MemoryStore, RecordKey, Store};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{KeyFn, Tool, ToolDefinition};
-use crate::{ToolContext, ToolError};
+use crate::{Fingerprint, ToolContext, ToolError};
 
 /// How long `shutdown` waits for outcomes the store did not take at once, unless set.
 const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -342,6 +342,27 @@ impl Toolbox {
             }
             None => Err(self.unknown_tool(name)),
         }
+    }
+
+    /// The record a call of the keyed tool `name` with `args` in `ctx` reserves, and the
+    /// fingerprint it reserves it with: where its status and outcome can be read while and
+    /// after it runs. `None` for a tool that keeps no record, or arguments it refuses.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn record_of(
+        &self,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Option<(RecordKey, Fingerprint)> {
+        let Some(Entry::Tool(registered)) = self.inner.entries.get(name) else {
+            return None;
+        };
+        if registered.definition.story != Story::Idempotent {
+            return None;
+        }
+        let call = registered.tool.prepare(args.clone(), ctx).ok()?;
+        let key = call.key?;
+        Some((RecordKey::new(ctx.scope(), key.as_str()), call.fingerprint?))
     }
 
     /// Waits for every body still running (after its caller timed out or went away), then, up

@@ -51,11 +51,34 @@
 //! [`ctx.progress(..)`](ToolContext::progress) its tool's body makes, in order, before the
 //! result.
 
+//! # Tasks
+//!
+//! A long call need not outlast the client's patience. When a client declares the Tasks
+//! extension (`io.modelcontextprotocol/tasks`, SEP-2663) on its request, a keyed call still
+//! running after 10 s ([`McpServer::with_tasks_after`]), or past its tool's own `timeout`, is
+//! answered with a task (`resultType: "task"`); the body goes on as always. The client polls
+//! `tasks/get`, which reads the call's record in the toolbox's store: `working` while it runs,
+//! `completed` with its result once it ended. An error is a `completed` task too, whose result
+//! is the `isError` answer the call would have given (the extension keeps `failed` for protocol
+//! errors): a terminal error, `OUTCOME_UNKNOWN` for a call that stopped without recording what
+//! it did (do not repeat it), or [`NO_OUTCOME`] for one that released its key (call again).
+//!
+//! A task is announced only once it exists durably (the call's record is in progress, and a
+//! task record names it), so it survives a restart, and any instance on a shared store
+//! (PostgreSQL, Redis, one SQLite file) answers its polls. A task belongs to its tenant and to
+//! the caller that made it, over HTTP its principal, else its session: anyone else asking for
+//! its id is told there is no such task. Its id is random and carries no argument.
+//! `tasks/cancel` is acknowledged and changes nothing: a body is never cancelled, and the
+//! task ends as its call does. A client that does not declare the extension waits as before,
+//! and a call past its `timeout` answers `TIMEOUT`, naming the status tool.
+
 // `McpServer` exists with feature `mcp` only, `http` with `mcp-http`; the docs name them either way.
 #![cfg_attr(not(feature = "mcp-http"), allow(rustdoc::broken_intra_doc_links))]
 
 #[cfg(feature = "mcp")]
 mod server;
+#[cfg(feature = "mcp")]
+mod tasks;
 
 #[cfg(feature = "mcp-http")]
 pub mod http;
@@ -79,6 +102,10 @@ pub const META_REPLAYED: &str = "toolkey/replayed";
 
 /// The error code of a request that names a run id or event id a server does not accept.
 pub const RUN_ID_NOT_ACCEPTED: &str = "RUN_ID_NOT_ACCEPTED";
+
+/// The error code of a task whose call ended without recording an outcome: a failure its tool
+/// marked as safe to retry released its key. Calling again with the same arguments is safe.
+pub const NO_OUTCOME: &str = "NO_OUTCOME";
 
 /// Whether a server accepts the run ids and event ids clients name in `_meta`, and to whom
 /// they are scoped. See [Run ids](self#run-ids).

@@ -52,7 +52,7 @@ use serde_json::{json, Map, Value};
 
 use crate::export::openai::drop_optional_nulls;
 pub(crate) use crate::texts::REPLAY_NOTE;
-use crate::{texts, ToolContext, ToolError, ToolOutput, Toolbox};
+use crate::{texts, ToolContext, ToolDefinition, ToolError, ToolOutput, Toolbox};
 
 /// Runs one call as a provider sent it: the tool's name, and its arguments as the provider
 /// holds them (a JSON object, or a string of JSON).
@@ -68,9 +68,19 @@ pub(crate) async fn run(
     let Some(definition) = toolbox.definition(name) else {
         return toolbox.call(name, Value::Object(Map::new()), ctx).await;
     };
-    let mut arguments = parse_arguments(name, arguments)?;
-    drop_optional_nulls(&mut arguments, definition.input_schema());
+    let arguments = call_arguments(definition, arguments)?;
     toolbox.call(name, arguments, ctx).await
+}
+
+/// The arguments of a call of the tool `definition` describes, as the toolbox takes them: a
+/// string parsed, `{}` for none, `null`s for optional fields left out.
+pub(crate) fn call_arguments(
+    definition: &ToolDefinition,
+    arguments: Option<&Value>,
+) -> Result<Value, ToolError> {
+    let mut arguments = parse_arguments(definition.name(), arguments)?;
+    drop_optional_nulls(&mut arguments, definition.input_schema());
+    Ok(arguments)
 }
 
 /// The arguments as a JSON object: a string is parsed, a missing or `null` one is `{}`.

@@ -245,6 +245,14 @@ impl McpHttp {
         self
     }
 
+    /// How long a keyed call of a client that accepts tasks runs before it continues as an MCP
+    /// task (10 s when not set); `None` offers no tasks. See
+    /// [`McpServer::with_tasks_after`](super::McpServer::with_tasks_after).
+    pub fn with_tasks_after(mut self, after: Option<std::time::Duration>) -> Self {
+        self.server = self.server.with_tasks_after(after);
+        self
+    }
+
     /// The host names (or `host:port`) the server answers to, checked against each request's
     /// `Host` header so that a web page cannot reach a server on a private network by DNS
     /// rebinding. Loopback names only (`localhost`, `127.0.0.1`, `::1`) when not set: a public

@@ -1,16 +1,20 @@
 //! The MCP server: a toolbox behind rmcp's `ServerHandler`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ResultType, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ResultType, ServerCapabilities,
+    ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
+use super::tasks::{self, Answer, Owner};
 use super::{call_tool_result, context_from_meta, handle_tools_call, ClientRunIds};
 use crate::{ToolContext, Toolbox};
 
@@ -20,7 +24,8 @@ use crate::{ToolContext, Toolbox};
 ///
 /// It implements rmcp's [`ServerHandler`], so it can be served on any rmcp transport;
 /// [`serve_stdio`](Self::serve_stdio) serves it on stdin and stdout. See the
-/// [module docs](super#run-ids) for where the run id of a call comes from.
+/// [module docs](super#run-ids) for where the run id of a call comes from, and
+/// [Tasks](super#tasks) for how a long call continues as a task.
 ///
 /// ```no_run
 /// use toolkey::providers::mcp::McpServer;
@@ -38,6 +43,8 @@ pub struct McpServer {
     instructions: Option<String>,
     client_run_ids: ClientRunIds,
     session_run_id: Mutex<Option<Arc<str>>>,
+    /// How long a keyed call runs before it continues as a task; `None`: never.
+    task_after: Option<Duration>,
     /// Over HTTP: every request carries the [`Principal`](super::http::Principal) its
     /// credentials proved, which fixes the tenant and scopes client-named run ids.
     #[cfg(feature = "mcp-http")]
@@ -54,6 +61,7 @@ impl McpServer {
             instructions: None,
             client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
+            task_after: Some(tasks::DEFAULT_TASK_AFTER),
             #[cfg(feature = "mcp-http")]
             authenticated: false,
         }
@@ -70,6 +78,7 @@ impl McpServer {
             instructions: self.instructions.clone(),
             client_run_ids: ClientRunIds::Refused,
             session_run_id: Mutex::new(None),
+            task_after: self.task_after,
             authenticated: true,
         }
     }
@@ -97,6 +106,15 @@ impl McpServer {
     /// ```
     pub fn with_client_run_ids(mut self, policy: ClientRunIds) -> Self {
         self.client_run_ids = policy;
+        self
+    }
+
+    /// How long a keyed call of a client that accepts tasks runs before it continues as an MCP
+    /// task (10 s when not set); `None` offers no tasks, and every client waits for its result
+    /// or `TIMEOUT` as before. A tool's own `timeout` also turns its call into a task, when it
+    /// is shorter. See [Tasks](super#tasks).
+    pub fn with_tasks_after(mut self, after: Option<Duration>) -> Self {
+        self.task_after = after;
         self
     }
 
@@ -142,6 +160,23 @@ impl McpServer {
         Ok((self.tenant.clone(), self.client_run_ids.clone()))
     }
 
+    /// Whose tasks a request's calls make and finds: its principal's, or this session's.
+    fn task_owner(&self, client_run_ids: &ClientRunIds) -> Owner {
+        match client_run_ids {
+            ClientRunIds::Principal(principal) => Owner::principal(principal),
+            _ => Owner::session(&self.run_id(false)),
+        }
+    }
+
+    /// The tenant and owner whose task a `tasks/*` request names.
+    fn task_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(String, Owner), ErrorData> {
+        let (tenant, client_run_ids) = self.call_scope(context)?;
+        Ok((tenant.unwrap_or_default(), self.task_owner(&client_run_ids)))
+    }
+
     /// The session's run id: made at `initialize`, or at the first call of a client that skips it.
     fn run_id(&self, fresh: bool) -> Arc<str> {
         let mut session = self
@@ -182,19 +217,39 @@ fn principal_scope(
 /// How long a body's `ctx.progress(..)` waits for its notification to be taken.
 const PROGRESS_SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Whether a request is still unanswered; answered once this is dropped.
+struct Unanswered(Arc<AtomicBool>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// `ctx.progress(..)` as `notifications/progress` to the client, when its request asked for
-/// them with a `progressToken`.
-fn with_progress(ctx: ToolContext, context: &RequestContext<RoleServer>) -> ToolContext {
+/// them with a `progressToken`, until the request is answered (the guard returned is dropped):
+/// a body that goes on after a `TIMEOUT`, or as a task, reports to no one (the Tasks extension
+/// has no progress for tasks).
+fn with_progress(
+    ctx: ToolContext,
+    context: &RequestContext<RoleServer>,
+) -> (ToolContext, Unanswered) {
+    let open = Arc::new(AtomicBool::new(true));
+    let guard = Unanswered(open.clone());
     let Some(token) = context.meta.get_progress_token() else {
-        return ctx;
+        return (ctx, guard);
     };
     let peer = context.peer.clone();
-    ctx.with_progress(Arc::new(move |done, total, message| {
+    let ctx = ctx.with_progress(Arc::new(move |done, total, message| {
         let peer = peer.clone();
         let mut param = ProgressNotificationParam::new(token.clone(), done);
         param.total = total;
         param.message = message;
+        let open = open.clone();
         Box::pin(async move {
+            if !open.load(Ordering::Acquire) {
+                return;
+            }
             // A client that went away, or reads too slowly, misses its progress: the body goes on.
             let sent = tokio::time::timeout(PROGRESS_SEND_LIMIT, peer.notify_progress(param));
             match sent.await {
@@ -205,13 +260,18 @@ fn with_progress(ctx: ToolContext, context: &RequestContext<RoleServer>) -> Tool
                 Err(_) => tracing::debug!("toolkey: a progress notification was dropped"),
             }
         })
-    }))
+    }));
+    (ctx, guard)
 }
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(self.info.clone());
+        let tools = ServerCapabilities::builder().enable_tools();
+        let capabilities = match self.task_after {
+            Some(_) => tools.enable_tasks().build(),
+            None => tools.build(),
+        };
+        let config = ServerConfig::new(capabilities).with_server_info(self.info.clone());
         match &self.instructions {
             Some(instructions) => config.with_instructions(instructions.clone()),
             None => config,
@@ -256,16 +316,40 @@ impl ServerHandler for McpServer {
         let (tenant, client_run_ids) = self.call_scope(&context)?;
         let run_id = self.run_id(false);
         let meta: &Map<String, Value> = &context.meta;
+        // rmcp refuses a task to a client that did not declare the extension on this request
+        // (or, in a session, at `initialize`): such a client waits, as before.
+        let accepts_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
         let reply = match context_from_meta(Some(meta), &run_id, &client_run_ids) {
             Ok(ctx) => {
                 let ctx = match tenant {
                     Some(tenant) => ctx.with_tenant(tenant),
                     None => ctx,
                 };
-                let ctx = with_progress(ctx, &context);
-                let params =
-                    serde_json::json!({"name": request.name, "arguments": request.arguments});
-                handle_tools_call(&self.toolbox, &params, &ctx).await
+                let (ctx, _unanswered) = with_progress(ctx, &context);
+                match self.task_after.filter(|_| accepts_tasks) {
+                    Some(after) => {
+                        let arguments = request.arguments.map(Value::Object);
+                        let owner = self.task_owner(&client_run_ids);
+                        let answer = tasks::call(
+                            &self.toolbox,
+                            &request.name,
+                            arguments.as_ref(),
+                            &ctx,
+                            &owner,
+                            after,
+                        );
+                        match answer.await {
+                            Answer::Task(task) => return Ok(CallToolResponse::Task(task)),
+                            Answer::Done(result) => call_tool_result(&result),
+                        }
+                    }
+                    None => {
+                        let params = serde_json::json!({"name": request.name, "arguments": request.arguments});
+                        handle_tools_call(&self.toolbox, &params, &ctx).await
+                    }
+                }
             }
             Err(err) => call_tool_result(&Err(err)),
         };
@@ -274,5 +358,34 @@ impl ServerHandler for McpServer {
         // Required from 2026-07-28 on; rmcp strips it again for a client on an older version.
         result.result_type = Some(ResultType::COMPLETE);
         Ok(result.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        // rmcp answers `tasks/*` for a server that offers tasks only.
+        let after = self.task_after.unwrap_or(tasks::DEFAULT_TASK_AFTER);
+        let (tenant, owner) = self.task_scope(&context)?;
+        tasks::get(&self.toolbox, &tenant, &owner, &request.task_id, after).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (tenant, owner) = self.task_scope(&context)?;
+        tasks::check(&self.toolbox, &tenant, &owner, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (tenant, owner) = self.task_scope(&context)?;
+        tasks::check(&self.toolbox, &tenant, &owner, &request.task_id).await
     }
 }
