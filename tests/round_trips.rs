@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
-use toolkey::store::{Store, Token};
+use toolkey::store::{CachedStore, Store, Token};
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 
 /// A proxy to `target` that counts the round trips of every connection through it.
@@ -129,6 +129,7 @@ async fn count(
     proxy: &CountingProxy,
     counted: (Toolbox, Arc<Payments>),
     beside: (Toolbox, Arc<Payments>),
+    expected: (u64, u64, u64, u64),
 ) {
     let ((counted, payments), (beside, holders)) = (counted, beside);
     let tenant = format!("trips-{name}-{}", Token::generate());
@@ -186,8 +187,56 @@ async fn count(
     );
     assert_eq!(
         (first, replay, in_progress, conflict),
-        (2, 1, 1, 1),
+        expected,
         "{name}: round trips of (first run, replay, IN_PROGRESS, CONFLICT)"
+    );
+}
+
+/// A cache in front of the counted store: a replay or a CONFLICT on a finished action makes no
+/// round trip; what the cache has not seen (finished by `beside`) is read once, then cached.
+async fn count_cached(
+    name: &str,
+    proxy: &CountingProxy,
+    counted: impl Store + 'static,
+    beside: impl Store + 'static,
+) {
+    let beside = toolbox(beside);
+    let store = Arc::new(CachedStore::new(counted, 1 << 20));
+    let counted = toolbox(store.clone());
+    let (cold_toolbox, cold_payments) = (counted.0.clone(), counted.1.clone());
+    count(
+        name,
+        proxy,
+        counted,
+        (beside.0.clone(), beside.1.clone()),
+        (2, 0, 1, 0),
+    )
+    .await;
+
+    let ctx = ToolContext::new("run-1").with_tenant(format!("cold-{name}-{}", Token::generate()));
+    let args = json!({"order": "cold", "cents": 7});
+    beside.0.call("charge", args.clone(), &ctx).await.unwrap();
+    let mut trips = Vec::new();
+    for _ in 0..3 {
+        let before = proxy.trips();
+        assert!(
+            cold_toolbox
+                .call("charge", args.clone(), &ctx)
+                .await
+                .unwrap()
+                .replayed
+        );
+        trips.push(proxy.trips() - before);
+    }
+    assert_eq!(
+        trips,
+        [1, 0, 0],
+        "{name}: a replay the cache had not seen, then twice more"
+    );
+    assert_eq!(
+        cold_payments.charges.load(Ordering::SeqCst),
+        2,
+        "warm, o-1: nothing else ran here"
     );
 }
 
@@ -213,7 +262,29 @@ async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
         .await
         .unwrap();
     let (counted, beside) = (toolbox(store), toolbox(direct));
-    count("postgres", &proxy, counted, beside).await;
+    count("postgres", &proxy, counted, beside, (2, 1, 1, 1)).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_behind_a_cache_replays_without_a_round_trip() {
+    use toolkey::store::PostgresStore;
+    const VAR: &str = "TOOLKEY_POSTGRES_URL";
+    let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
+    let direct = match PostgresStore::builder(&url).pool_size(2).connect().await {
+        Ok(store) => store,
+        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
+    };
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port), 1);
+    let store = PostgresStore::builder(&through)
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    count_cached("postgres-cached", &proxy, store, direct).await;
 }
 
 #[cfg(feature = "redis")]
@@ -236,7 +307,28 @@ async fn redis_answers_in_one_round_trip_and_runs_in_two() {
     assert_ne!(through, url, "the test URL names its port");
     let store = RedisStore::connect(&through).await.unwrap();
     let (counted, beside) = (toolbox(store), toolbox(direct));
-    count("redis", &proxy, counted, beside).await;
+    count("redis", &proxy, counted, beside, (2, 1, 1, 1)).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_behind_a_cache_replays_without_a_round_trip() {
+    use toolkey::store::RedisStore;
+    const VAR: &str = "TOOLKEY_REDIS_URL";
+    let url = servers::url(VAR, "redis://127.0.0.1:6379");
+    let direct = match RedisStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
+    };
+    let info = redis::Client::open(url.as_str()).unwrap();
+    let port = match &info.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        other => panic!("the test server should be reached over TCP, not {other:?}"),
+    };
+    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
+    let store = RedisStore::connect(&through).await.unwrap();
+    count_cached("redis-cached", &proxy, store, direct).await;
 }
 
 #[test]

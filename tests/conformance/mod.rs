@@ -57,3 +57,10 @@ impl Corruptible for toolkey::store::RedisStore {
         Box::pin(async move { self.__corrupt(&key).await })
     }
 }
+
+impl<S: Corruptible + Sync> Corruptible for toolkey::store::CachedStore<Arc<S>> {
+    fn corrupt(self: Arc<Self>, key: RecordKey) -> Damage {
+        self.__forget(&key);
+        self.inner().clone().corrupt(key)
+    }
+}

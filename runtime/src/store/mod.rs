@@ -25,6 +25,7 @@ use crate::texts::{self, StoreFailure};
 use crate::{Fingerprint, ToolError};
 
 mod admin;
+mod cache;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]
@@ -39,6 +40,7 @@ mod row;
 mod sqlite;
 
 pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution};
+pub use cache::CachedStore;
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
