@@ -542,6 +542,17 @@ impl Store for Down {
     async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
+
+    // Retry limits.
+    async fn count_failure(&self, _: &RecordKey, _: Duration) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn failures(&self, _: &RecordKey) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
+    async fn clear_failures(&self, _: &RecordKey) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
 }
 
 #[tokio::test]

@@ -466,6 +466,17 @@ impl Store for WorkerStore {
     async fn now(&self) -> Result<SystemTime, StoreError> {
         self.call(self.store.now()).await
     }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.call(self.store.count_failure(key, window)).await
+    }
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.call(self.store.failures(key)).await
+    }
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.call(self.store.clear_failures(key)).await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

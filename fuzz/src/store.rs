@@ -11,7 +11,8 @@ use toolkey::store::{
 use toolkey::Fingerprint;
 
 /// A [`MemoryStore`] that counts writes (`reserve`, `complete`, `release`, `renew`,
-/// `mark_unknown`, `take_over`, `purge_expired`) and reads (`get`), and can be emptied between
+/// `mark_unknown`, `take_over`, `purge_expired`, `count_failure`, `clear_failures`) and reads
+/// (`get`, `failures`), and can be emptied between
 /// inputs so that every input starts from the same state and a failure replays from its seed.
 ///
 /// A `reserve` counts as a write whatever it answers: invalid input must not reach the store at
@@ -119,5 +120,18 @@ impl Store for CountingStore {
     async fn now(&self) -> Result<SystemTime, StoreError> {
         let store = self.inner.lock().unwrap().clone();
         store.now().await
+    }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.write().count_failure(key, window).await
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.read().failures(key).await
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.write().clear_failures(key).await
     }
 }

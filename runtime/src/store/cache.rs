@@ -311,4 +311,17 @@ impl<S: Store> Store for CachedStore<S> {
     ) -> Result<bool, StoreError> {
         self.inner.resolve(key, seen, resolution).await
     }
+
+    // Retry limits: counters change with every failure, so they are never cached.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.inner.count_failure(key, window).await
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.inner.failures(key).await
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.inner.clear_failures(key).await
+    }
 }

@@ -80,11 +80,17 @@ pub enum Op {
     List,
     /// [`Store::resolve`].
     Resolve,
+    /// [`Store::count_failure`].
+    CountFailure,
+    /// [`Store::failures`].
+    Failures,
+    /// [`Store::clear_failures`].
+    ClearFailures,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 11] = [
+    pub const ALL: [Op; 14] = [
         Op::Reserve,
         Op::Complete,
         Op::Release,
@@ -96,6 +102,9 @@ impl Op {
         Op::Now,
         Op::List,
         Op::Resolve,
+        Op::CountFailure,
+        Op::Failures,
+        Op::ClearFailures,
     ];
 
     fn index(self) -> usize {
@@ -107,7 +116,7 @@ impl Op {
 
     /// True for the operations that write.
     pub fn writes(self) -> bool {
-        !matches!(self, Op::Get | Op::Now | Op::List)
+        !matches!(self, Op::Get | Op::Now | Op::List | Op::Failures)
     }
 }
 
@@ -437,6 +446,19 @@ impl<S: Store> Store for FaultyStore<S> {
         resolution: &Resolution,
     ) -> Result<bool, StoreError> {
         self.run(Op::Resolve, self.inner.resolve(key, seen, resolution))
+            .await
+    }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.run(Op::CountFailure, self.inner.count_failure(key, window))
+            .await
+    }
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.run(Op::Failures, self.inner.failures(key)).await
+    }
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.run(Op::ClearFailures, self.inner.clear_failures(key))
             .await
     }
 }

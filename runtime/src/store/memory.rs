@@ -91,7 +91,20 @@ impl<C: Clock> Clock for Arc<C> {
 pub struct MemoryStore {
     records: Mutex<HashMap<RecordKey, StoredRecord>>,
     clock: Box<dyn Clock>,
+    failures: Mutex<FailureCounts>,
 }
+
+/// Failure counters for retry limits, beside the records: each key's count and when its window
+/// ends (ms). Ended windows are swept when the map has doubled since the last sweep, so the map
+/// holds about twice the counters of windows still open.
+#[derive(Default)]
+struct FailureCounts {
+    counts: HashMap<RecordKey, (u64, i64)>,
+    sweep_at: usize,
+}
+
+/// The fewest counters a sweep waits for.
+const FIRST_SWEEP: usize = 64;
 
 impl MemoryStore {
     /// An empty store on the system clock.
@@ -104,6 +117,7 @@ impl MemoryStore {
         MemoryStore {
             records: Mutex::new(HashMap::new()),
             clock: Box::new(clock),
+            failures: Mutex::default(),
         }
     }
 
@@ -327,5 +341,67 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         })
+    }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        let now = self.now_ms();
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let FailureCounts { counts, sweep_at } = &mut *failures;
+        if counts.len() >= (*sweep_at).max(FIRST_SWEEP) {
+            counts.retain(|_, (_, until)| *until > now);
+            *sweep_at = counts.len() * 2;
+        }
+        let entry = counts.entry(key.clone()).or_insert((0, now));
+        if entry.1 <= now {
+            *entry = (0, now.saturating_add(span_ms(window)));
+        }
+        entry.0 += 1;
+        Ok(entry.0)
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        let now = self.now_ms();
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(match failures.counts.get(key) {
+            Some((count, until)) if *until > now => *count,
+            _ => 0,
+        })
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.counts.remove(key);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ended counters leave the map once it has doubled since the last sweep.
+    #[tokio::test]
+    async fn ended_counters_are_swept() {
+        let clock = Arc::new(ManualClock::new());
+        let store = MemoryStore::with_clock(clock.clone());
+        let window = Duration::from_secs(60);
+        let key = |n: usize| RecordKey::new("shop", format!("k-{n}"));
+        for n in 0..FIRST_SWEEP {
+            store.count_failure(&key(n), window).await.unwrap();
+        }
+        let held = || store.failures.lock().unwrap().counts.len();
+        assert_eq!(held(), FIRST_SWEEP);
+        clock.advance(window);
+        // The next count sweeps every ended one before it counts.
+        assert_eq!(
+            store
+                .count_failure(&key(FIRST_SWEEP), window)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(held(), 1);
+        assert_eq!(store.failures(&key(0)).await.unwrap(), 0);
     }
 }

@@ -265,6 +265,11 @@ impl StoreError {
 ///   treated as absent.
 /// - **Fail closed.** When the store cannot be reached, `reserve` returns
 ///   [`StoreError::Unavailable`] and the caller does not run the work.
+/// - **Failure counters** (for retry limits) live beside the records and never read or change
+///   one. `count_failure` is atomic: of any number of concurrent counts for one key, each gets
+///   its own number. A counter's window starts at its first failure, is judged by the store's
+///   clock, and ends by itself: a store removes ended counters without being asked (a TTL, or a
+///   sweep when it counts), and reads an ended one as zero.
 ///
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
@@ -365,6 +370,20 @@ pub trait Store: Send + Sync + 'static {
             "this store does not resolve records for operators".into(),
         ))
     }
+
+    // Retry limits: failure counters kept beside the records, never touching one.
+
+    /// Counts one retryable failure of the call `key` names, and returns how many were counted
+    /// in the current window, this one included. The first failure opens a window of `window`;
+    /// later failures within it add to the count without moving its end; once it ended, the
+    /// next failure opens a new window at 1.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError>;
+
+    /// How many failures of `key` were counted in a window that has not ended; 0 when none.
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError>;
+
+    /// Forgets the failures counted for `key`: the call succeeded.
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError>;
 }
 
 /// Milliseconds since the Unix epoch, as stores keep times.
@@ -457,5 +476,16 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         resolution: &Resolution,
     ) -> Result<bool, StoreError> {
         (**self).resolve(key, seen, resolution).await
+    }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        (**self).count_failure(key, window).await
+    }
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        (**self).failures(key).await
+    }
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        (**self).clear_failures(key).await
     }
 }

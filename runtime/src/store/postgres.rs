@@ -162,7 +162,8 @@ impl PostgresStore {
     }
 
     /// Creates the schema, table and index if they are missing and records the schema version;
-    /// refuses a table of a newer version. Safe to run from many processes at once (it holds an
+    /// refuses a table of a newer version. Also creates `<table>_failures` if it is missing: the
+    /// failure counters of retry limits, beside the records. Safe to run from many processes at once (it holds an
     /// advisory lock on the table's name). [`PostgresStoreBuilder::connect`] runs it unless told
     /// not to.
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -248,6 +249,11 @@ impl PostgresStore {
                     )))
                 }
             }
+            // The retry limits' counters: a table beside the records, added to a database
+            // migrated before it existed too.
+            tx.batch_execute(&sql.failures_create)
+                .await
+                .map_err(Failure::Db)?;
             tx.commit().await.map_err(Failure::Db)
         })
         .await
@@ -313,6 +319,32 @@ impl PostgresStore {
             })
             .await?;
         row.map(|row| stored_at(&row, 0, key)).transpose()
+    }
+
+    /// Runs one statement on the failure counters' table, and returns its row if it gave one.
+    /// A missing table (a database migrated before retry limits, by a deployment that runs
+    /// migrations itself) is a configuration error that names the fix, not an outage.
+    async fn failures_query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, StoreError> {
+        let table = &self.sql.failures_table;
+        self.run(async |client: &mut ClientWrapper| {
+            let missing = |e: tokio_postgres::Error| {
+                if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+                    Failure::Refused(format!(
+                        "postgres: table {table} is missing: run PostgresStore::migrate (it holds \
+                         the failure counters of retry limits)"
+                    ))
+                } else {
+                    Failure::Db(e)
+                }
+            };
+            let statement = client.prepare_cached(sql).await.map_err(missing)?;
+            client.query_opt(&statement, params).await.map_err(missing)
+        })
+        .await
     }
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
@@ -545,6 +577,12 @@ struct Sql {
     resolve_done: String,
     resolve_not_done: String,
     now: String,
+    // Retry limits: the failure counters' table and statements.
+    failures_table: String,
+    failures_create: String,
+    count_failure: String,
+    failures: String,
+    clear_failures: String,
 }
 
 impl Sql {
@@ -570,7 +608,44 @@ impl Sql {
             "tenant = $1 AND key = $2 AND token = $3
              AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
         );
+        let f = qualify(&format!("\"{}_failures\"", table.name));
+        let f_index = format!("\"{}_failures_ends\"", table.name);
+        let after = |ms: &str| format!("{NOW} + {ms}::int8 * interval '1 millisecond'");
         Sql {
+            failures_create: format!(
+                "CREATE TABLE IF NOT EXISTS {f} (
+                     tenant   text NOT NULL,
+                     key      text NOT NULL,
+                     failures int8 NOT NULL,
+                     ends_at  timestamptz NOT NULL,
+                     PRIMARY KEY (tenant, key)
+                 );
+                 CREATE INDEX IF NOT EXISTS {f_index} ON {f} (ends_at);"
+            ),
+            // One statement: a few ended counters of other keys swept (never this key's row, which
+            // the upsert may be changing in the same statement), then this key's counter
+            // inserted, restarted (its window ended) or added to. Concurrent counts of one key
+            // queue on its row lock, and each reads the count the one before it left.
+            count_failure: format!(
+                "WITH swept AS (
+                     DELETE FROM {f} WHERE (tenant, key) IN (
+                         SELECT tenant, key FROM {f}
+                         WHERE ends_at <= {NOW} AND NOT (tenant = $1 AND key = $2)
+                         LIMIT 64 FOR UPDATE SKIP LOCKED)
+                 )
+                 INSERT INTO {f} AS f (tenant, key, failures, ends_at)
+                 VALUES ($1, $2, 1, {window})
+                 ON CONFLICT (tenant, key) DO UPDATE SET
+                     failures = CASE WHEN f.ends_at <= {NOW} THEN 1 ELSE f.failures + 1 END,
+                     ends_at = CASE WHEN f.ends_at <= {NOW} THEN excluded.ends_at ELSE f.ends_at END
+                 RETURNING failures",
+                window = after("$3"),
+            ),
+            failures: format!(
+                "SELECT failures FROM {f} WHERE tenant = $1 AND key = $2 AND ends_at > {NOW}"
+            ),
+            clear_failures: format!("DELETE FROM {f} WHERE tenant = $1 AND key = $2"),
+            failures_table: f,
             versions: qualify("toolkey_schema_version"),
             create: format!(
                 "CREATE TABLE {t} (
@@ -898,6 +973,44 @@ impl Store for PostgresStore {
             .await?;
         Ok(from_millis(ms))
     }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        let window = span_ms(window);
+        let row = self
+            .failures_query(&self.sql.count_failure, &[&key.tenant, &key.key, &window])
+            .await?;
+        let failures: i64 = match row {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| StoreError::Unavailable(describe(&e)))?,
+            None => {
+                return Err(StoreError::Unavailable(
+                    "postgres: counting a failure returned no row".into(),
+                ))
+            }
+        };
+        Ok(failures.max(0) as u64)
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        let row = self
+            .failures_query(&self.sql.failures, &[&key.tenant, &key.key])
+            .await?;
+        let failures: i64 = match row {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| StoreError::Unavailable(describe(&e)))?,
+            None => 0,
+        };
+        Ok(failures.max(0) as u64)
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.failures_query(&self.sql.clear_failures, &[&key.tenant, &key.key])
+            .await
+            .map(drop)
+    }
 }
 
 #[cfg(test)]
@@ -929,5 +1042,36 @@ mod tests {
             .contains("INSERT INTO \"agents\".\"calls\" (tenant"));
         assert!(sql.reserve.contains("UPDATE \"agents\".\"calls\" SET"));
         assert!(sql.read.contains("FROM \"agents\".\"calls\" WHERE"));
+        assert_eq!(sql.failures_table, "\"agents\".\"calls_failures\"");
+        assert!(sql
+            .failures_create
+            .contains("CREATE TABLE IF NOT EXISTS \"agents\".\"calls_failures\" ("));
+        assert!(sql
+            .failures_create
+            .contains("\"calls_failures_ends\" ON \"agents\".\"calls_failures\""));
+        for statement in [&sql.count_failure, &sql.failures, &sql.clear_failures] {
+            assert!(
+                statement.contains("\"agents\".\"calls_failures\""),
+                "{statement}"
+            );
+            assert!(!statement.contains("\"agents\".\"calls\" "), "{statement}");
+        }
+        assert!(sql
+            .count_failure
+            .contains("INSERT INTO \"agents\".\"calls_failures\" AS f"));
+    }
+
+    #[test]
+    fn the_longest_table_name_keeps_its_counters_names_within_postgres_limit() {
+        let table = "t".repeat(48);
+        let sql = Sql::new(None, Ident::new("table", &table, 48).unwrap());
+        // PostgreSQL cuts identifiers to 63 bytes: a cut name would not be the one created.
+        for name in [
+            format!("{table}_failures"),
+            format!("{table}_failures_ends"),
+        ] {
+            assert!(name.len() <= 63, "{name}");
+            assert!(sql.failures_create.contains(&format!("\"{name}\"")));
+        }
     }
 }

@@ -42,7 +42,8 @@ const SCHEMA_VERSION: i64 = 2;
 ///
 /// Keys are `<prefix>:<tenant>:<key>`, with `\` and `:` inside the tenant and key escaped by a
 /// `\`, so no tenant or key can spell another's. The prefix is `toolkey` unless
-/// [`RedisStoreBuilder::prefix`] says otherwise.
+/// [`RedisStoreBuilder::prefix`] says otherwise. The failure counters of retry limits are
+/// `<prefix>\failures:<tenant>:<key>`, each with a TTL of its window.
 ///
 /// # What the server must be configured for
 ///
@@ -130,19 +131,14 @@ impl RedisStore {
 
     /// The Redis key of a record.
     fn redis_key(&self, key: &RecordKey) -> String {
-        let mut out =
-            String::with_capacity(self.prefix.len() + key.tenant.len() + key.key.len() + 2);
-        out.push_str(&self.prefix);
-        for part in [&key.tenant, &key.key] {
-            out.push(':');
-            for c in part.chars() {
-                if c == '\\' || c == ':' {
-                    out.push('\\');
-                }
-                out.push(c);
-            }
-        }
-        out
+        escaped(&self.prefix, "", key)
+    }
+
+    /// The Redis key of a failure counter: `<prefix>\failures:<tenant>:<key>`. No record key
+    /// can spell it (a record key's first `\` escapes a `\` or a `:`, and the prefix has none),
+    /// and `SCAN <prefix>:*` never meets it.
+    fn failures_key(&self, key: &RecordKey) -> String {
+        escaped(&self.prefix, FAILURES, key)
     }
 
     /// The record key a Redis key of this store's spells, or `None` for a key that is not one
@@ -350,6 +346,27 @@ fn eviction_risk(policy: &str) -> Option<&'static str> {
             "any record may be evicted, an in-progress reservation too, so a retry would run again",
         )
     }
+}
+
+/// What follows the prefix in a failure counter's key.
+const FAILURES: &str = "\\failures";
+
+/// `<prefix><kind>:<tenant>:<key>`, with `\` and `:` inside the tenant and key escaped.
+fn escaped(prefix: &str, kind: &str, key: &RecordKey) -> String {
+    let mut out =
+        String::with_capacity(prefix.len() + kind.len() + key.tenant.len() + key.key.len() + 2);
+    out.push_str(prefix);
+    out.push_str(kind);
+    for part in [&key.tenant, &key.key] {
+        out.push(':');
+        for c in part.chars() {
+            if c == '\\' || c == ':' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn unavailable(e: RedisError) -> StoreError {
@@ -593,6 +610,21 @@ return 1
 "#,
         ),
     }
+});
+
+/// Counts a failure: the first opens the window (a TTL on the server's clock), later ones add
+/// to the count; a counter that somehow has no TTL gets one, so none outlives its window by
+/// more than one. KEYS[1] counter; ARGV window ms.
+static COUNT_FAILURE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local n = redis.call('INCR', KEYS[1])
+if n == 1 or redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return n
+"#,
+    )
 });
 
 /// `text` with the characters `SCAN MATCH` treats as a pattern escaped.
@@ -842,6 +874,35 @@ impl Store for RedisStore {
             .map_err(unavailable)?;
         Ok(from_millis(secs * 1000 + micros / 1000))
     }
+
+    // Retry limits: one counter key per record key, with a TTL of its window.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        let failures: i64 = COUNT_FAILURE
+            .key(self.failures_key(key))
+            .arg(span_ms(window).max(1))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(failures.max(0) as u64)
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        let failures: Option<i64> = redis::cmd("GET")
+            .arg(self.failures_key(key))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(failures.unwrap_or(0).max(0) as u64)
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        redis::cmd("DEL")
+            .arg(self.failures_key(key))
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
 }
 
 #[cfg(test)]
@@ -861,6 +922,28 @@ mod tests {
             assert!(eviction_risk(policy).is_some(), "{policy}");
         }
         assert!(eviction_risk("volatile-lfu").unwrap().contains("completed"));
+    }
+
+    #[test]
+    fn failure_counters_cannot_be_spelled_by_a_record_key() {
+        let key = |tenant: &str, k: &str| {
+            let key = RecordKey::new(tenant, k);
+            (
+                escaped("toolkey", "", &key),
+                escaped("toolkey", FAILURES, &key),
+            )
+        };
+        let (record, counter) = key("acme", "invoice:acme:2026-10");
+        assert_eq!(record, r"toolkey:acme:invoice\:acme\:2026-10");
+        assert_eq!(counter, r"toolkey\failures:acme:invoice\:acme\:2026-10");
+        // A tenant that tries to spell the counter's marker is escaped.
+        let (forged, _) = key(r"\failures:acme", "invoice:acme:2026-10");
+        assert_ne!(forged, counter);
+        assert_eq!(forged, r"toolkey:\\failures\:acme:invoice\:acme\:2026-10");
+        assert!(
+            !counter.starts_with("toolkey:"),
+            "SCAN <prefix>:* skips counters"
+        );
     }
 
     #[test]

@@ -66,6 +66,22 @@ LIMIT ?9";
 const RESOLVABLE: &str = "tenant = ?1 AND key = ?2 AND token = ?3
     AND (state = 'unknown' OR (state = 'in_progress' AND lease_until_ms <= ?4))";
 
+/// The failure counters of retry limits: a table of their own beside the records, created by
+/// every open (a file written before it existed gets it too), never joined with the records.
+const FAILURES_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS toolkey_failures (
+    tenant        TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    failures      INTEGER NOT NULL,
+    ends_at_ms    INTEGER NOT NULL,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS toolkey_failures_ends ON toolkey_failures (ends_at_ms);
+";
+
+/// How many ended counters one count sweeps at most.
+const FAILURE_SWEEP: i64 = 64;
+
 /// Keeps records in one SQLite file (the bundled SQLite, in WAL mode).
 ///
 /// Several processes may open the same file: every reserve is settled inside the database, under
@@ -274,6 +290,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             )))
         }
     }
+    tx.execute_batch(FAILURES_SCHEMA).map_err(unavailable)?;
     tx.commit().map_err(unavailable)
 }
 
@@ -637,6 +654,70 @@ impl Store for SqliteStore {
         })
         .await
     }
+
+    // Retry limits.
+    /// One transaction under the write lock: a few ended counters of other keys are swept, then
+    /// this key's counter is inserted, restarted (its window ended) or added to, and read back.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        let key = key.clone();
+        self.write(move |tx, now| {
+            tx.prepare_cached(
+                "DELETE FROM toolkey_failures WHERE (tenant, key) IN (
+                     SELECT tenant, key FROM toolkey_failures WHERE ends_at_ms <= ?1 LIMIT ?2)",
+            )
+            .and_then(|mut stmt| stmt.execute(params![now, FAILURE_SWEEP]))
+            .map_err(unavailable)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO toolkey_failures (tenant, key, failures, ends_at_ms)
+                     VALUES (?1, ?2, 1, ?3 + ?4)
+                     ON CONFLICT (tenant, key) DO UPDATE SET
+                         failures = CASE WHEN ends_at_ms <= ?3 THEN 1 ELSE failures + 1 END,
+                         ends_at_ms = CASE WHEN ends_at_ms <= ?3 THEN excluded.ends_at_ms
+                                           ELSE ends_at_ms END
+                     RETURNING failures",
+                )
+                .map_err(unavailable)?;
+            let count: i64 = stmt
+                .query_row(params![key.tenant, key.key, now, span_ms(window)], |row| {
+                    row.get(0)
+                })
+                .map_err(unavailable)?;
+            Ok(count.max(0) as u64)
+        })
+        .await
+    }
+
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        let key = key.clone();
+        self.read(move |conn, now| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT failures FROM toolkey_failures
+                     WHERE tenant = ?1 AND key = ?2 AND ends_at_ms > ?3",
+                )
+                .map_err(unavailable)?;
+            let mut rows = stmt
+                .query(params![key.tenant, key.key, now])
+                .map_err(unavailable)?;
+            match rows.next().map_err(unavailable)? {
+                Some(row) => Ok(row.get::<_, i64>(0).map_err(unavailable)?.max(0) as u64),
+                None => Ok(0),
+            }
+        })
+        .await
+    }
+
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.write(move |tx, _| {
+            tx.prepare_cached("DELETE FROM toolkey_failures WHERE tenant = ?1 AND key = ?2")
+                .and_then(|mut stmt| stmt.execute(params![key.tenant, key.key]))
+                .map(drop)
+                .map_err(unavailable)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -658,6 +739,88 @@ mod tests {
             "{err}"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A file written before retry limits existed (schema version 1 as it was then: the records
+    /// table, no counters table) opens, gains the counters' table, and keeps its records.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_from_before_retry_limits_gains_the_counters_and_keeps_its_records() {
+        let dir = tempfile_dir();
+        let path = dir.join("before.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE toolkey_records (
+                     tenant TEXT NOT NULL, key TEXT NOT NULL, state TEXT NOT NULL,
+                     token TEXT NOT NULL, fingerprint TEXT NOT NULL, since_ms INTEGER NOT NULL,
+                     lease_until_ms INTEGER NOT NULL, outcome TEXT, completed_at_ms INTEGER,
+                     expires_at_ms INTEGER, PRIMARY KEY (tenant, key)
+                 ) WITHOUT ROWID;
+                 CREATE INDEX toolkey_records_expiry ON toolkey_records (expires_at_ms)
+                     WHERE state = 'completed';
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO toolkey_records (tenant, key, state, token, fingerprint, since_ms,
+                     lease_until_ms, outcome, completed_at_ms, expires_at_ms)
+                 VALUES ('shop', 'refund:o-1', 'completed', 't-1', ?1, 0, 0, ?2, 0, ?3)",
+                params![
+                    crate::Fingerprint::of(&1).unwrap().to_hex(),
+                    Outcome::Ok(serde_json::json!("re-1")).to_stored(),
+                    i64::MAX
+                ],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let key = RecordKey::new("shop", "refund:o-1");
+        assert!(matches!(
+            store.get(&key).await.unwrap(),
+            Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if v == "re-1"
+        ));
+        let window = Duration::from_secs(60);
+        assert_eq!(store.count_failure(&key, window).await.unwrap(), 1);
+        assert_eq!(store.count_failure(&key, window).await.unwrap(), 2);
+        assert_eq!(store.failures(&key).await.unwrap(), 2);
+        drop(store);
+        // Reopened, the counters are still there; the version is unchanged.
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.failures(&key).await.unwrap(), 2);
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Ended counters leave the table as failures are counted, a bounded number at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ended_counters_are_swept() {
+        let clock = Arc::new(crate::store::ManualClock::new());
+        let store = SqliteStore::open_in_memory()
+            .unwrap()
+            .with_clock(clock.clone());
+        let window = Duration::from_secs(60);
+        for n in 0..100 {
+            let key = RecordKey::new("shop", format!("k-{n}"));
+            store.count_failure(&key, window).await.unwrap();
+        }
+        clock.advance(window);
+        let rows = |store: &SqliteStore| -> i64 {
+            lock(&store.conn)
+                .query_row("SELECT COUNT(*) FROM toolkey_failures", [], |row| {
+                    row.get(0)
+                })
+                .unwrap()
+        };
+        assert_eq!(rows(&store), 100);
+        let fresh = RecordKey::new("shop", "fresh");
+        store.count_failure(&fresh, window).await.unwrap();
+        assert_eq!(rows(&store), 100 - FAILURE_SWEEP + 1);
+        assert_eq!(store.count_failure(&fresh, window).await.unwrap(), 2);
+        assert_eq!(rows(&store), 1, "the rest swept, the open window kept");
     }
 
     #[test]

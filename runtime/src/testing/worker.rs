@@ -145,4 +145,18 @@ impl Store for WorkerStore {
         self.control.gate(false).await;
         self.inner.now().await
     }
+
+    // Retry limits.
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.control.gate(false).await;
+        self.inner.count_failure(key, window).await
+    }
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.control.gate(false).await;
+        self.inner.failures(key).await
+    }
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.control.gate(false).await;
+        self.inner.clear_failures(key).await
+    }
 }
