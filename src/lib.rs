@@ -29,6 +29,11 @@
 //!   `postgres`, `redis`).
 //! - **Errors the model reads.** Every failure is a [`ToolError`] with a code, a message, whether
 //!   a retry is safe, and what to do next ([`ErrorCode`] lists toolkey's own codes).
+//! - **Limits.** A model that repeats a failing call is stopped: after a tool's [`RetryLimit`]
+//!   of retryable failures of one call within a window (10 in 10 minutes unless set), the answer
+//!   is `RETRY_LIMIT`, telling it to stop and tell the user. A tool's `concurrency` bounds its
+//!   bodies running at once in a process; a call beyond it waits for a slot within its timeout,
+//!   then is answered `BUSY`.
 //!
 //! - **Operators.** A record nobody can finish (its worker died mid-call) is listed, shown and
 //!   resolved as done or not done through [`admin::Admin`] ([`Toolbox::admin`]), or with the
@@ -58,8 +63,8 @@ pub use toolkey_runtime::__private::serde_json::Value;
 #[doc(inline)]
 pub use toolkey_runtime::{
     Annotations, ApprovalRequest, Approver, BuildError, ErrorCode, Fingerprint, IdempotencyKey,
-    KeyPart, KeyPartWriter, Settings, State, Stats, Story, Tool, ToolContext, ToolDefinition,
-    ToolError, ToolOutput, Toolbox, ToolboxBuilder, MAX_KEY_BYTES,
+    KeyPart, KeyPartWriter, RetryLimit, Settings, State, Stats, Story, Tool, ToolContext,
+    ToolDefinition, ToolError, ToolOutput, Toolbox, ToolboxBuilder, MAX_KEY_BYTES,
 };
 
 #[doc(inline)]

@@ -1,5 +1,6 @@
-//! Round trips to the server stores, counted on the wire: a first run costs two (reserve, then
-//! the outcome), and a replay, an IN_PROGRESS and a CONFLICT answer one each.
+//! Round trips to the server stores, counted on the wire: a first run costs three (reserve, the
+//! retry limit's count of the key's failures, then the outcome; two with the retry limit off),
+//! and a replay, an IN_PROGRESS and a CONFLICT answer one each.
 //!
 //! The store talks to its server through a local TCP proxy that counts request turns: each time
 //! a connection's client sends after it last received, that is one round trip (a pipelined burst
@@ -22,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use toolkey::store::{CachedStore, Store, Token};
-use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+use toolkey::{tool, ErrorCode, RetryLimit, State, ToolContext, ToolError, Toolbox};
 
 /// A proxy to `target` that counts the round trips of every connection through it.
 struct CountingProxy {
@@ -122,6 +123,34 @@ fn toolbox(store: impl Store + 'static) -> (Toolbox, Arc<Payments>) {
     (toolbox, payments)
 }
 
+/// The round trips of a first run from a toolbox on `store` (through `proxy`) with no retry
+/// limit: it never reads a key's failures, so two.
+async fn first_run_without_a_retry_limit(name: &str, proxy: &CountingProxy, store: impl Store) {
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .shared_state(Arc::new(Payments::default()))
+        .tool(Charge)
+        .default_retry_limit(RetryLimit::off())
+        .build()
+        .unwrap();
+    let ctx =
+        ToolContext::new("run-1").with_tenant(format!("unlimited-{name}-{}", Token::generate()));
+    // Warm-up, as in `count`.
+    let warm = json!({"order": "warm", "cents": 7});
+    toolbox.call("charge", warm, &ctx).await.unwrap();
+    let before = proxy.trips();
+    let args = json!({"order": "o-1", "cents": 7});
+    assert_eq!(
+        toolbox.call("charge", args, &ctx).await.unwrap().value,
+        json!(7)
+    );
+    assert_eq!(
+        proxy.trips() - before,
+        2,
+        "{name}: round trips of a first run without a retry limit"
+    );
+}
+
 /// The round trips of each answer, from a toolbox whose store goes through `proxy`; `beside`
 /// is a second toolbox on the same records, not counted, that holds a key while it runs.
 async fn count(
@@ -209,7 +238,7 @@ async fn count_cached(
         proxy,
         counted,
         (beside.0.clone(), beside.1.clone()),
-        (2, 0, 1, 0),
+        (3, 0, 1, 0),
     )
     .await;
 
@@ -261,8 +290,10 @@ async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
         .connect()
         .await
         .unwrap();
+    let unlimited = store.clone();
     let (counted, beside) = (toolbox(store), toolbox(direct));
-    count("postgres", &proxy, counted, beside, (2, 1, 1, 1)).await;
+    count("postgres", &proxy, counted, beside, (3, 1, 1, 1)).await;
+    first_run_without_a_retry_limit("postgres", &proxy, unlimited).await;
 }
 
 #[cfg(feature = "postgres")]
@@ -306,8 +337,10 @@ async fn redis_answers_in_one_round_trip_and_runs_in_two() {
     let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
     assert_ne!(through, url, "the test URL names its port");
     let store = RedisStore::connect(&through).await.unwrap();
+    let unlimited = store.clone();
     let (counted, beside) = (toolbox(store), toolbox(direct));
-    count("redis", &proxy, counted, beside, (2, 1, 1, 1)).await;
+    count("redis", &proxy, counted, beside, (3, 1, 1, 1)).await;
+    first_run_without_a_retry_limit("redis", &proxy, unlimited).await;
 }
 
 #[cfg(feature = "redis")]

@@ -41,7 +41,7 @@ use toolkey::store::faults::{FaultyStore, Plan};
 use toolkey::store::{
     Clock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
 };
-use toolkey::{tool, ErrorCode, Fingerprint, State, ToolContext, ToolError, Toolbox};
+use toolkey::{tool, ErrorCode, Fingerprint, RetryLimit, State, ToolContext, ToolError, Toolbox};
 
 /// The lease every simulated tool holds (renewed every 500 ms while its body runs). Long enough
 /// that a renewal delayed by a busy machine (a debug build on two cores) still lands in time:
@@ -559,12 +559,16 @@ impl Schedule {
             store: self.faults.clone(),
             worker: worker.clone(),
         };
+        // No retry limit: invariant 3 holds that asking again after a retryable answer leads to
+        // success, and a schedule's faults may fail one key as often as the limit allows. The
+        // limit is tested on its own (tests/retry_limit.rs), with its counts exact.
         let mut builder = Toolbox::builder()
             .store(store)
             .shared_state(worker.clone())
             .tool(Charge)
             .tool(Blind)
-            .tool(Ship);
+            .tool(Ship)
+            .default_retry_limit(RetryLimit::off());
         let mut rng = self.tool_timeout.lock().unwrap();
         for tool in TOOLS {
             let timeout = match rng.u8(0..3) {

@@ -39,6 +39,12 @@ pub enum ErrorCode {
     /// The work finished, but its reservation's lease lapsed while it ran (it could not be
     /// renewed in time) and another call took the key over: the action may have happened twice.
     LeaseLost,
+    /// The same call failed with retryable errors as many times as its tool's retry limit allows
+    /// within the limit's window: it is not run again until the window ends. Not retryable.
+    RetryLimit,
+    /// The tool's concurrency limit was reached and no slot freed within the tool's timeout;
+    /// nothing ran. Retryable.
+    Busy,
 }
 
 impl ErrorCode {
@@ -57,10 +63,12 @@ impl ErrorCode {
             ErrorCode::MissingContext => "MISSING_CONTEXT",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::LeaseLost => "LEASE_LOST",
+            ErrorCode::RetryLimit => "RETRY_LIMIT",
+            ErrorCode::Busy => "BUSY",
         }
     }
 
-    const ALL: [ErrorCode; 12] = [
+    const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidArguments,
         ErrorCode::UnknownTool,
         ErrorCode::InProgress,
@@ -73,6 +81,8 @@ impl ErrorCode {
         ErrorCode::MissingContext,
         ErrorCode::Internal,
         ErrorCode::LeaseLost,
+        ErrorCode::RetryLimit,
+        ErrorCode::Busy,
     ];
 
     /// The code for a code string, if it is one of toolkey's own.

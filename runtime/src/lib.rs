@@ -15,7 +15,8 @@
 //   `once` (`ctx.once` steps, held the same way)
 // - what a call carries: `context` (`ToolContext`, state), `tool` (the `Tool` trait, definitions,
 //   prepared calls), and beside them `export` and `schema` (a definition's schemas)
-// - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context
+// - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context,
+//   within its retry limit and concurrency limit
 // - `admin`: operators' listings and resolutions on a store
 // - `toolbox`: registers tools and dispatches calls by name to the executor
 // - `providers`: provider tool calls in and results out, through a toolbox; `adapters`: the same
@@ -55,5 +56,5 @@ pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
 pub use lease::{ShutdownReport, Unrecorded};
 pub use stats::Stats;
 pub use story::{Annotations, Story};
-pub use tool::{Settings, Tool, ToolDefinition};
+pub use tool::{RetryLimit, Settings, Tool, ToolDefinition};
 pub use toolbox::{BuildError, Toolbox, ToolboxBuilder};

@@ -11,7 +11,7 @@ pub use crate::tool::{
     Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed, StatusCompanion,
     ToolDefinition,
 };
-pub use crate::{Fingerprint, KeyPart, State, Tool, ToolContext, ToolError};
+pub use crate::{Fingerprint, KeyPart, RetryLimit, State, Tool, ToolContext, ToolError};
 pub use ::core;
 pub use ::schemars;
 pub use ::serde;

@@ -22,6 +22,11 @@ pub struct Stats {
     pub recovered: u64,
     /// Calls that ended in an unknown outcome.
     pub unknown: u64,
+    /// Calls answered `RETRY_LIMIT`: refused without running, or stopped at the failure that
+    /// reached the limit.
+    pub retry_limited: u64,
+    /// Calls answered `BUSY`: no slot under the tool's concurrency limit freed in time.
+    pub busy: u64,
 }
 
 #[derive(Default)]
@@ -48,6 +53,8 @@ pub(crate) struct Counters {
     pub(crate) released: Counter,
     pub(crate) recovered: Counter,
     pub(crate) unknown: Counter,
+    pub(crate) retry_limited: Counter,
+    pub(crate) busy: Counter,
 }
 
 impl Counters {
@@ -62,6 +69,8 @@ impl Counters {
             released: self.released.get(),
             recovered: self.recovered.get(),
             unknown: self.unknown.get(),
+            retry_limited: self.retry_limited.get(),
+            busy: self.busy.get(),
         }
     }
 }

@@ -230,6 +230,48 @@ pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolEr
 }
 
 // ---------------------------------------------------------------------------------------------
+// Retry limits and concurrency limits
+
+/// The same call failed `failures` times within `window` (each time with an answer that invited
+/// a retry), and its tool's retry limit allows no more. `last`: the code of the failure this
+/// answer replaces, when the limit was reached by this very call.
+pub(crate) fn retry_limit(
+    tool: &str,
+    failures: u64,
+    window: Duration,
+    last: Option<&str>,
+) -> ToolError {
+    let window = humantime::format_duration(window);
+    let message = match last {
+        Some(code) => format!(
+            "`{tool}` failed again (`{code}`): it has now failed {failures} times with these arguments within {window}, its retry limit"
+        ),
+        None => format!(
+            "`{tool}` failed {failures} times with these arguments within {window}, its retry limit, so it was not run again"
+        ),
+    };
+    ToolError::new(ErrorCode::RetryLimit, message)
+        .with_retryable(false)
+        .with_suggestion(format!(
+            "stop calling `{tool}` with these arguments: retrying will not help now; tell the user that it keeps failing, and let them decide what to do"
+        ))
+}
+
+/// The tool's concurrency limit (`slots` bodies at once) was reached, and no slot freed within
+/// `waited`: nothing ran.
+pub(crate) fn busy(tool: &str, slots: usize, waited: Duration) -> ToolError {
+    ToolError::new(
+        ErrorCode::Busy,
+        format!(
+            "`{tool}` is busy: {slots} of its calls are running, its limit, and none ended within {}; this call did not run",
+            humantime::format_duration(waited)
+        ),
+    )
+    .with_retryable(true)
+    .with_suggestion("nothing was done: call again with the same arguments a little later")
+}
+
+// ---------------------------------------------------------------------------------------------
 // The keyed path
 
 /// A keyed tool's `prepare` gave no key: a defect of the tool's implementation.
@@ -597,6 +639,14 @@ mod tests {
             StoreError::Unavailable("connection refused".into()).step_refusal("email"),
             StoreError::Config("invalid table name".into()).step_refusal("email"),
             task_unrecorded("NO_OUTCOME", named(Some("invoice_status"))),
+            retry_limit("send_invoice", 5, Duration::from_secs(600), None),
+            retry_limit(
+                "send_invoice",
+                5,
+                Duration::from_secs(600),
+                Some("GATEWAY_BUSY"),
+            ),
+            busy("send_invoice", 2, Duration::from_secs(2)),
         ];
         for status in [None, Some("invoice_status")] {
             let def = named(status);
@@ -690,6 +740,32 @@ mod tests {
             Duration::from_secs(2),
         );
         assert!(keyed.suggestion().unwrap().contains("`invoice_status`"));
+    }
+
+    #[test]
+    fn a_retry_limit_stops_the_model_and_busy_invites_a_later_retry() {
+        let window = Duration::from_secs(600);
+        for last in [None, Some("GATEWAY_BUSY")] {
+            let err = retry_limit("send_invoice", 5, window, last);
+            assert!(
+                err.is(ErrorCode::RetryLimit) && !err.is_retryable(),
+                "{err:?}"
+            );
+            assert!(err.message().contains("5 times"), "{err:?}");
+            assert!(err.message().contains("10m"), "{err:?}");
+            let suggestion = err.suggestion().unwrap();
+            assert!(
+                suggestion.starts_with("stop calling `send_invoice`"),
+                "{err:?}"
+            );
+            assert!(suggestion.contains("tell the user"), "{err:?}");
+        }
+        let last = retry_limit("send_invoice", 5, window, Some("GATEWAY_BUSY"));
+        assert!(last.message().contains("`GATEWAY_BUSY`"), "{last:?}");
+        let busy = busy("send_invoice", 2, Duration::from_millis(1500));
+        assert!(busy.is(ErrorCode::Busy) && busy.is_retryable(), "{busy:?}");
+        assert!(busy.message().contains("1s 500ms"), "{busy:?}");
+        assert!(busy.suggestion().unwrap().starts_with("nothing was done"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! [executor](crate::exec)'s: the toolbox looks the call up and hands it there.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use crate::stats::Stats;
 use crate::store::{MemoryStore, RecordKey, Store};
 use crate::story::Story;
 use crate::texts;
-use crate::tool::{KeyFn, Tool, ToolDefinition};
+use crate::tool::{KeyFn, RetryLimit, Tool, ToolDefinition, DEFAULT_RETRY_LIMIT};
 use crate::{Fingerprint, ToolContext, ToolError};
 
 /// How long `shutdown` waits for outcomes the store did not take at once, unless set.
@@ -40,8 +41,9 @@ pub enum BuildError {
         /// The state type.
         type_name: &'static str,
     },
-    /// A setting names a tool the toolbox does not have.
-    #[error("a timeout is set for `{0}`, and there is no tool of that name")]
+    /// A setting (a timeout, a retry limit, a concurrency limit) names a tool the toolbox does
+    /// not have.
+    #[error("a setting is given for `{0}`, and there is no tool of that name")]
     UnknownTool(String),
     /// `unkeyed` tools without an approver.
     #[error("tools {0:?} are `unkeyed` (effects without a key): give the toolbox an approver with .approver(..)")]
@@ -95,6 +97,10 @@ pub struct ToolboxBuilder {
     approver: Option<Arc<dyn Approver>>,
     timeouts: HashMap<String, Option<std::time::Duration>>,
     shutdown_grace: Option<Duration>,
+    // Retry limits and concurrency limits.
+    default_retry_limit: RetryLimit,
+    retry_limits: HashMap<String, RetryLimit>,
+    concurrency: HashMap<String, Option<NonZeroUsize>>,
 }
 
 impl ToolboxBuilder {
@@ -106,6 +112,42 @@ impl ToolboxBuilder {
         timeout: Option<std::time::Duration>,
     ) -> Self {
         self.timeouts.insert(tool.into(), timeout);
+        self
+    }
+
+    /// The retry limit of every tool that states none (`retry_limit = "..."` in its attribute):
+    /// how many retryable failures of one call it accepts within a window before the call is
+    /// answered `RETRY_LIMIT`. Default: 10 within 10 minutes; [`RetryLimit::off`] for none.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolkey::{RetryLimit, Toolbox};
+    ///
+    /// let toolbox = Toolbox::builder()
+    ///     .default_retry_limit(RetryLimit::after(3, Duration::from_secs(300)))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(toolbox);
+    /// ```
+    pub fn default_retry_limit(mut self, limit: RetryLimit) -> Self {
+        self.default_retry_limit = limit;
+        self
+    }
+
+    /// Overrides the retry limit a tool declared (or the toolbox's default), for this toolbox:
+    /// [`RetryLimit::off`] for a tool whose retryable failures are its way to say "not yet"
+    /// (polling), [`RetryLimit::toolbox`] for the toolbox's default.
+    pub fn retry_limit(mut self, tool: impl Into<String>, limit: RetryLimit) -> Self {
+        self.retry_limits.insert(tool.into(), limit);
+        self
+    }
+
+    /// Overrides the concurrency limit a tool declared (`concurrency = 2`), for this toolbox:
+    /// at most `limit` of its bodies run at once in this process (`None`: no limit). A call
+    /// beyond it waits for a slot within the tool's `timeout`, then is answered `BUSY`. The limit
+    /// is per process: N processes run up to N times as many.
+    pub fn concurrency(mut self, tool: impl Into<String>, limit: Option<NonZeroUsize>) -> Self {
+        self.concurrency.insert(tool.into(), limit);
         self
     }
 
@@ -168,10 +210,24 @@ impl ToolboxBuilder {
             Ok(())
         };
         let mut timeouts = self.timeouts;
+        let (mut retry_limits, mut concurrency) = (self.retry_limits, self.concurrency);
+        let default_retry_limit = self.default_retry_limit.or(DEFAULT_RETRY_LIMIT);
+        let mut slots = Vec::new();
         for tool in self.tools {
             let mut definition = tool.definition();
             if let Some(timeout) = timeouts.remove(&definition.name) {
                 definition.settings.timeout = timeout;
+            }
+            let settings = &mut definition.settings;
+            if let Some(limit) = retry_limits.remove(&definition.name) {
+                settings.retry_limit = limit;
+            }
+            settings.retry_limit = settings.retry_limit.or(default_retry_limit);
+            if let Some(limit) = concurrency.remove(&definition.name) {
+                settings.concurrency = limit;
+            }
+            if let Some(limit) = settings.concurrency {
+                slots.push((definition.name.clone(), limit));
             }
             for need in &definition.needs {
                 if !self.state.contains(need.type_id) {
@@ -202,22 +258,27 @@ impl ToolboxBuilder {
             };
             add(definition.name.clone(), Entry::Tool(registered), definition)?;
         }
-        if let Some(name) = timeouts.into_keys().next() {
+        let unknown = timeouts.into_keys().chain(retry_limits.into_keys());
+        if let Some(name) = unknown.chain(concurrency.into_keys()).min() {
             return Err(BuildError::UnknownTool(name));
         }
         if !unkeyed.is_empty() && self.approver.is_none() {
             return Err(BuildError::NoApprover(unkeyed));
         }
+        let mut exec = Executor::new(
+            self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+            Arc::new(self.state),
+            self.approver,
+            self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+        );
+        for (tool, limit) in slots {
+            exec.limit_concurrency(&tool, limit);
+        }
         Ok(Toolbox {
             inner: Arc::new(Inner {
                 entries,
                 definitions,
-                exec: Arc::new(Executor::new(
-                    self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
-                    Arc::new(self.state),
-                    self.approver,
-                    self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
-                )),
+                exec: Arc::new(exec),
             }),
         })
     }

@@ -4,17 +4,24 @@
 //! Everything here runs inside the call's own task (see [`Executor::run`]): a caller that stops
 //! waiting (its timeout, or its future dropped) never cancels the work and never releases a key
 //! whose work still runs.
+//!
+//! The retry limit is kept while the call holds the key, so no other process runs the call in
+//! between: its failures are read before the tool's code runs (after the reserve, or before a
+//! stale reservation is taken over), and a failure is counted before the key is released.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::limits::{counts_as_failure, Limit, Slot};
 use super::{Executor, ToolOutput};
-use crate::lease::{drive, panicked, record_outcome, settle, unreserve, Holder, What, Write};
+use crate::lease::{
+    drive, panicked, record_outcome, settle, unreserve, Holder, Panic, Renewal, What, Write,
+};
 use crate::once::OnceScope;
-use crate::store::{Outcome, Record, RecordKey, Reservation, StoreError, Token};
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
 use crate::texts;
 use crate::tool::{Call, Invocation};
-use crate::{ToolContext, ToolDefinition, ToolError};
+use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
 
 /// Runs a keyed call to its end, inside its own task.
 pub(super) async fn run(
@@ -22,9 +29,11 @@ pub(super) async fn run(
     def: Arc<ToolDefinition>,
     call: Call,
     ctx: ToolContext,
+    slot: Option<Arc<Slot>>,
 ) -> Result<ToolOutput, ToolError> {
     let def = &*def;
     let settings = &def.settings;
+    let limit = Limit::of(def);
     let call_has_recover = call.recover.is_some();
     let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
         return Err(texts::keyed_without_key(&def.name));
@@ -52,8 +61,10 @@ pub(super) async fn run(
         state: exec.state.clone(),
     };
 
+    // The failures counted before this call ran, once it holds the key (with a limit).
+    let mut prior = None;
     // Settle what the key's record says until this call holds the key (or has its answer).
-    let (token, renewal) = loop {
+    let (token, mut renewal) = loop {
         let token = Token::generate();
         let reservation = match store
             .reserve(&rkey, &def.name, &fingerprint, &token, settings.lease)
@@ -115,6 +126,19 @@ pub(super) async fn run(
                     tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
                     return Err(texts::outcome_unknown(def.named(), since, reported));
                 };
+                // Checked before taking the record over, which leaves it as it is when refused.
+                let failures = match limit {
+                    Some(limit) => {
+                        let failures = store.failures(&rkey).await.map_err(StoreError::refusal)?;
+                        if failures >= limit.failures {
+                            exec.stats.retry_limited.inc();
+                            tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
+                            return Err(limit.reached(&def.name, failures, None));
+                        }
+                        Some(failures)
+                    }
+                    None => None,
+                };
                 let Some(token) = store
                     .take_over(&rkey, &token, settings.lease)
                     .await
@@ -126,6 +150,7 @@ pub(super) async fn run(
                 };
                 tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
                 exec.stats.recovered.inc();
+                prior = failures;
                 let (looked, renewal) = drive(
                     &store,
                     &rkey,
@@ -147,6 +172,9 @@ pub(super) async fn run(
                         let found =
                             record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal)
                                 .await;
+                        if found.is_ok() {
+                            clear_failures(&store, &rkey, prior, def).await;
+                        }
                         return found.map(|value| ToolOutput {
                             value,
                             replayed: true,
@@ -161,8 +189,12 @@ pub(super) async fn run(
                     Ok(Err(err)) => {
                         // The lookup failed: the outcome is as unknown as before. Never release
                         // here, or the next call would act without looking.
+                        let reached = match limit.filter(|_| counts_as_failure(&err)) {
+                            Some(limit) => count_failure(&store, &rkey, limit, def).await,
+                            None => None,
+                        };
                         holder.write(Write::MarkUnknown, Some(renewal)).await;
-                        return Err(err);
+                        return Err(stop_if_reached(&exec, def, limit, reached, err));
                     }
                     Err(panic) => {
                         holder.write(Write::MarkUnknown, Some(renewal)).await;
@@ -171,6 +203,55 @@ pub(super) async fn run(
                 }
             }
         }
+    };
+
+    let holder = Holder {
+        store: &store,
+        recorder: &recorder,
+        rkey: &rkey,
+        token: &token,
+        what,
+    };
+    // A call that failed as often as its limit allows does not run: the key is freed, and the
+    // window's end lets the call run again.
+    let prior = match (limit, prior) {
+        (Some(limit), None) => match store.failures(&rkey).await {
+            Ok(failures) if failures >= limit.failures => {
+                exec.stats.retry_limited.inc();
+                tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
+                holder.write(Write::Release, renewal).await;
+                return Err(limit.reached(&def.name, failures, None));
+            }
+            Ok(failures) => failures,
+            Err(e) => {
+                holder.write(Write::Release, renewal).await;
+                return Err(e.refusal());
+            }
+        },
+        (_, prior) => prior.unwrap_or(0),
+    };
+    // Under a concurrency limit, wait for a slot with the lease renewed; none in time: BUSY, the
+    // key is freed, and the body never runs.
+    let permit = match &slot {
+        Some(slot) => {
+            let waiting = renewal.take().unwrap_or_else(|| {
+                Renewal::start(store.clone(), rkey.clone(), token.clone(), settings.lease)
+            });
+            match slot.acquire().await {
+                Ok(permit) => {
+                    renewal = Some(waiting);
+                    Some(permit)
+                }
+                Err(first) => {
+                    if first {
+                        exec.stats.busy.inc();
+                    }
+                    holder.write(Write::Release, Some(waiting)).await;
+                    return Err(slot.busy(&def.name));
+                }
+            }
+        }
+        None => None,
     };
 
     exec.stats.executed.inc();
@@ -184,12 +265,11 @@ pub(super) async fn run(
         (call.body)(invocation()),
     )
     .await;
-    let holder = Holder {
-        store: &store,
-        recorder: &recorder,
-        rkey: &rkey,
-        token: &token,
-        what,
+    drop(permit);
+    // A failure is counted before the key is freed: the next call reads the count.
+    let reached = match limit.filter(|_| invites_retry(&ran, call_has_recover)) {
+        Some(limit) => count_failure(&store, &rkey, limit, def).await,
+        None => None,
     };
     if let Ok(Err(err)) = &ran {
         if scope.parent_must_be_released() {
@@ -197,16 +277,80 @@ pub(super) async fn run(
             // this answer as the call's outcome would block the call that owns those steps.
             exec.stats.released.inc();
             holder.write(Write::Release, Some(renewal)).await;
-            return Err(err.clone());
+            return Err(stop_if_reached(&exec, def, limit, reached, err.clone()));
         }
     }
     let value = settle(&holder, settings.retain, ran, renewal, Some(&exec.stats))
         .await
-        .map_err(|err| texts::looked_up_on_retry(err, call_has_recover))?;
+        .map_err(|err| texts::looked_up_on_retry(err, call_has_recover))
+        .map_err(|err| stop_if_reached(&exec, def, limit, reached, err))?;
+    clear_failures(&store, &rkey, Some(prior), def).await;
     Ok(ToolOutput {
         value,
         replayed: false,
     })
+}
+
+/// True when the body's ending, as the caller will be answered, invites a retry: a retryable
+/// error, or an unknown outcome (a panic too) that a recover hook will look up.
+fn invites_retry(ran: &Result<Result<serde_json::Value, ToolError>, Panic>, recover: bool) -> bool {
+    match ran {
+        Ok(Ok(_)) => false,
+        Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => recover || err.is_retryable(),
+        Ok(Err(err)) => counts_as_failure(err),
+        Err(_) => recover,
+    }
+}
+
+/// Counts a failure of `rkey`; the count when it reached `limit`. A store that does not take
+/// the count is logged and the call answered as it ended: the limit never turns an outage into
+/// refusals.
+async fn count_failure(
+    store: &Arc<dyn Store>,
+    rkey: &RecordKey,
+    limit: Limit,
+    def: &ToolDefinition,
+) -> Option<u64> {
+    match store.count_failure(rkey, limit.window).await {
+        Ok(failures) => (failures >= limit.failures).then_some(failures),
+        Err(e) => {
+            tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not count a failure for the retry limit");
+            None
+        }
+    }
+}
+
+/// `err`, or `RETRY_LIMIT` in its place when this failure reached the limit.
+fn stop_if_reached(
+    exec: &Executor,
+    def: &ToolDefinition,
+    limit: Option<Limit>,
+    reached: Option<u64>,
+    err: ToolError,
+) -> ToolError {
+    match (limit, reached) {
+        (Some(limit), Some(failures)) if err.is_retryable() => {
+            tracing::warn!(tool = %def.name, failures, code = %err.code(), "retry limit reached: the model is told to stop");
+            exec.stats.retry_limited.inc();
+            limit.reached(&def.name, failures, Some(err.code()))
+        }
+        _ => err,
+    }
+}
+
+/// After a success, forgets the failures counted before it (when there were any).
+async fn clear_failures(
+    store: &Arc<dyn Store>,
+    rkey: &RecordKey,
+    prior: Option<u64>,
+    def: &ToolDefinition,
+) {
+    if prior.unwrap_or(0) == 0 {
+        return;
+    }
+    if let Err(e) = store.clear_failures(rkey).await {
+        tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not clear the failures counted for the retry limit; they end with their window");
+    }
 }
 
 fn poll_interval(wait: Option<Duration>) -> Duration {

@@ -7,10 +7,16 @@
 //! stale reservations settled first. Every other call runs its body, once approved if it is
 //! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
 //!
-//! It knows nothing of tool names or registries: [`Toolbox`](crate::Toolbox) looks a call up
-//! and hands it here.
+//! Before a body runs, the call meets its tool's [limits](limits): a call that failed as often
+//! as its retry limit allows within the window is answered `RETRY_LIMIT` without running, and a
+//! body beyond its tool's concurrency limit waits for a slot within the call's timeout, or the
+//! call is answered `BUSY`.
+//!
+//! It knows nothing of tool registries: [`Toolbox`](crate::Toolbox) looks a call up and hands it
+//! here.
 
 mod keyed;
+mod limits;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +37,7 @@ use crate::story::Story;
 use crate::texts;
 use crate::tool::{Call, Invocation, Tool, ToolDefinition};
 use crate::{IdempotencyKey, ToolContext, ToolError};
+use limits::{Limit, Limits, Slot, Tally, UnkeyedCall};
 
 /// What a successful call returns.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +92,7 @@ pub(crate) struct Executor {
     tracker: TaskTracker,
     recorder: Arc<Recorder>,
     shutdown_grace: Duration,
+    limits: Limits,
 }
 
 impl Executor {
@@ -104,7 +112,13 @@ impl Executor {
             tracker: TaskTracker::new(),
             recorder: Arc::default(),
             shutdown_grace,
+            limits: Limits::default(),
         }
+    }
+
+    /// Bounds `tool` to `limit` bodies at once in this process.
+    pub(crate) fn limit_concurrency(&mut self, tool: &str, limit: std::num::NonZeroUsize) {
+        self.limits.limit_concurrency(tool, limit);
     }
 
     /// The store that enforces keys.
@@ -128,11 +142,25 @@ impl Executor {
     ) -> Result<ToolOutput, ToolError> {
         // The approver sees the arguments as the model sent them, once they are known to be valid.
         let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
+        // A call without a key has no record to count its failures under: it is counted in
+        // memory by its tool and the arguments that define it.
+        let tally = match Limit::of(def) {
+            Some(limit) if def.story != Story::Idempotent => {
+                UnkeyedCall::new(def, &args, ctx).map(|call| Arc::new(Tally::new(call, limit)))
+            }
+            _ => None,
+        };
         let call = tool.prepare(args, ctx)?;
+        if let Some(tally) = &tally {
+            // Refused before anyone is asked to approve it.
+            self.limits
+                .refuse_if_reached(&def.name, tally)
+                .inspect_err(|_| self.stats.retry_limited.inc())?;
+        }
         if let Some(arguments) = approval_args {
             self.approve(def, &arguments, ctx).await?;
         }
-        self.run(def.clone(), call, ctx).await
+        self.run_tallied(def.clone(), call, ctx, tally).await
     }
 
     async fn approve(
@@ -160,53 +188,114 @@ impl Executor {
     /// Runs a prepared call in a task of its own, and waits for it up to the definition's
     /// `timeout`. The task goes on when the caller stops waiting, and
     /// [`shutdown`](Self::shutdown) waits for it.
+    #[cfg(test)]
     pub(crate) async fn run(
         self: &Arc<Self>,
         def: Arc<ToolDefinition>,
         call: Call,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
+        self.run_tallied(def, call, ctx, None).await
+    }
+
+    /// [`run`](Self::run), with the tally that counts a call without a key against its retry
+    /// limit. The call's `timeout` covers its wait for a slot under a concurrency limit too: a
+    /// call that got no slot by then is answered `BUSY`, and its body never runs.
+    async fn run_tallied(
+        self: &Arc<Self>,
+        def: Arc<ToolDefinition>,
+        call: Call,
+        ctx: &ToolContext,
+        tally: Option<Arc<Tally>>,
+    ) -> Result<ToolOutput, ToolError> {
         let timeout = def.settings.timeout;
-        let task = {
+        let slot = self.limits.slot(&def.name, timeout);
+        let mut task = {
             let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
+            let (slot, tally) = (slot.clone(), tally.clone());
             self.tracker.spawn(async move {
                 if def.story == Story::Idempotent {
-                    keyed::run(exec, def, call, ctx).await
+                    keyed::run(exec, def, call, ctx, slot).await
                 } else {
-                    exec.run_unkeyed(&def, call, ctx).await
+                    let answer = exec.run_unkeyed(&def, call, ctx, slot).await;
+                    match tally {
+                        Some(tally) => tally
+                            .settle(&exec.limits, &def.name, answer)
+                            .inspect_err(|e| exec.count_retry_limited(e)),
+                        None => answer,
+                    }
                 }
             })
         };
         let joined = match timeout {
             None => task.await,
-            Some(limit) => match tokio::time::timeout(limit, task).await {
+            Some(limit) => match tokio::time::timeout(limit, &mut task).await {
                 Ok(joined) => joined,
                 Err(_) => {
+                    if let Some(slot) = slot {
+                        if let Some(first) = slot.give_up() {
+                            if first {
+                                self.stats.busy.inc();
+                            }
+                            // The body will not run: wait for the task to free what it held (a
+                            // keyed call's reservation), so that "nothing was done" holds when
+                            // the answer arrives. Its own wait for a slot has ended too.
+                            let _ = task.await;
+                            return Err(slot.busy(&def.name));
+                        }
+                    }
                     self.stats.timeouts.inc();
-                    return Err(texts::timed_out(def.named(), def.story, limit));
+                    let timed_out = Err(texts::timed_out(def.named(), def.story, limit));
+                    return match tally {
+                        Some(tally) => tally
+                            .settle(&self.limits, &def.name, timed_out)
+                            .inspect_err(|e| self.count_retry_limited(e)),
+                        None => timed_out,
+                    };
                 }
             },
         };
         joined.unwrap_or_else(|e| Err(texts::task_failed(&def.name, &e.to_string())))
     }
 
+    /// Counts an answer a [`Tally`] turned into `RETRY_LIMIT` (the keyed path counts its own).
+    fn count_retry_limited(&self, err: &ToolError) {
+        if err.is(crate::ErrorCode::RetryLimit) {
+            self.stats.retry_limited.inc();
+        }
+    }
+
     /// A call without a key (`read_only`, `natural`, an approved `unkeyed`): its body runs every
-    /// time, and nothing is recorded.
+    /// time (once a slot is free, under a concurrency limit), and nothing is recorded.
     async fn run_unkeyed(
         &self,
         def: &ToolDefinition,
         call: Call,
         ctx: ToolContext,
+        slot: Option<Arc<Slot>>,
     ) -> Result<ToolOutput, ToolError> {
+        let permit = match &slot {
+            Some(slot) => match slot.acquire().await {
+                Ok(permit) => Some(permit),
+                Err(first) => {
+                    if first {
+                        self.stats.busy.inc();
+                    }
+                    return Err(slot.busy(&def.name));
+                }
+            },
+            None => None,
+        };
         self.stats.executed.inc();
         let invocation = Invocation {
             ctx,
             state: self.state.clone(),
         };
-        match AssertUnwindSafe((call.body)(invocation))
+        let ran = AssertUnwindSafe((call.body)(invocation))
             .catch_unwind()
-            .await
-        {
+            .await;
+        drop(permit);
+        match ran {
             Ok(result) => result.map(|value| ToolOutput {
                 value,
                 replayed: false,

@@ -1,0 +1,345 @@
+//! Retry limits and concurrency limits: what the executor keeps to stop a model that repeats a
+//! failing call, and to bound how many bodies of one tool run at once.
+//!
+//! A keyed call's failures are counted in the store, under its record key, so every process
+//! sharing the store shares the count; the keyed path counts and checks them while it holds the
+//! key, so no other process runs the call in between. A call without a key is counted here, in
+//! this process's memory, by its tenant, tool and the fingerprint of its arguments: a
+//! [`Tally`] settles it once, at the caller's timeout or at the body's end, whichever answers.
+//!
+//! A tool's concurrency limit is a semaphore in this process: a [`Slot`] waits for one of its
+//! permits until the call's deadline, and tells the caller, when its timeout passes, whether the
+//! body never got one (then the answer is `BUSY`, and the body never runs).
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::tool::DEFAULT_RETRY_LIMIT;
+use crate::{texts, ErrorCode, Fingerprint, ToolContext, ToolDefinition, ToolError};
+
+/// How many calls without a key this process keeps failure counts for. Past it, counts whose
+/// window ended are dropped first, then the ones whose window ends soonest.
+const MAX_UNKEYED_COUNTS: usize = 10_000;
+
+/// A retry limit in force: `failures` within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limit {
+    pub(crate) failures: u64,
+    pub(crate) window: Duration,
+}
+
+impl Limit {
+    /// The limit of `def`'s tool, unless it is off. A definition built outside a toolbox (whose
+    /// limit is still "the toolbox's") gets the built-in default.
+    pub(crate) fn of(def: &ToolDefinition) -> Option<Limit> {
+        let limit = def.settings.retry_limit.or(DEFAULT_RETRY_LIMIT);
+        Some(Limit {
+            failures: u64::from(limit.failures()?),
+            window: limit.window()?,
+        })
+    }
+
+    /// `RETRY_LIMIT` for `tool` after `failures`; `last`: the code this call failed with.
+    pub(crate) fn reached(&self, tool: &str, failures: u64, last: Option<&str>) -> ToolError {
+        texts::retry_limit(tool, failures, self.window, last)
+    }
+}
+
+/// True when `err`, the answer to a call whose body ran, counts against the retry limit: it
+/// invites a retry, and is not about the store or the concurrency limit (nothing of the tool's
+/// failed there, and an outage must not use up every call's allowance).
+pub(crate) fn counts_as_failure(err: &ToolError) -> bool {
+    err.is_retryable() && !err.is(ErrorCode::StoreUnavailable) && !err.is(ErrorCode::Busy)
+}
+
+/// What the executor keeps for every tool: the concurrency limits' semaphores, and the failure
+/// counts of calls without a key.
+#[derive(Default)]
+pub(crate) struct Limits {
+    slots: HashMap<String, (Arc<Semaphore>, usize)>,
+    unkeyed: Mutex<UnkeyedCounts>,
+}
+
+impl Limits {
+    /// Bounds `tool` to `limit` bodies at once in this process.
+    pub(crate) fn limit_concurrency(&mut self, tool: &str, limit: NonZeroUsize) {
+        let limit = limit.get().min(Semaphore::MAX_PERMITS);
+        self.slots
+            .insert(tool.to_string(), (Arc::new(Semaphore::new(limit)), limit));
+    }
+
+    /// A slot to wait for, if `tool` has a concurrency limit; the wait ends at `deadline`.
+    pub(crate) fn slot(&self, tool: &str, timeout: Option<Duration>) -> Option<Arc<Slot>> {
+        let (semaphore, size) = self.slots.get(tool)?;
+        Some(Arc::new(Slot {
+            semaphore: semaphore.clone(),
+            size: *size,
+            deadline: timeout.map(|t| Instant::now() + t),
+            waited: timeout.unwrap_or_default(),
+            state: AtomicU8::new(IDLE),
+        }))
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, UnkeyedCounts> {
+        self.unkeyed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `RETRY_LIMIT` if the call without a key `call` failed as often as `limit` allows.
+    pub(crate) fn refuse_if_reached(&self, tool: &str, tally: &Tally) -> Result<(), ToolError> {
+        let failures = self.counts().failures(&tally.call);
+        if failures >= tally.limit.failures {
+            tracing::warn!(tool = %tool, fingerprint = %tally.call.short(), failures, "retry limit reached: the call was refused without running");
+            return Err(tally.limit.reached(tool, failures, None));
+        }
+        Ok(())
+    }
+}
+
+/// One call without a key, as retry limits count it: its tenant, its tool and the fingerprint
+/// of its arguments (those not `#[arg(ignore)]`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct UnkeyedCall {
+    tenant: String,
+    tool: String,
+    fingerprint: Fingerprint,
+}
+
+impl UnkeyedCall {
+    /// The call of `def`'s tool with `args` in `ctx`'s tenant; `None` when the arguments cannot
+    /// be fingerprinted (they are then refused as invalid before anything runs).
+    pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Option<Self> {
+        let fingerprint = match (args, def.ignored_arguments.is_empty()) {
+            (Value::Object(fields), false) => {
+                let defining: Map<String, Value> = fields
+                    .iter()
+                    .filter(|(name, _)| !def.ignored_arguments.contains(name))
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
+                Fingerprint::of(&defining)
+            }
+            _ => Fingerprint::of(args),
+        }
+        .ok()?;
+        Some(UnkeyedCall {
+            tenant: ctx.scope().to_string(),
+            tool: def.name.clone(),
+            fingerprint,
+        })
+    }
+
+    /// The fingerprint's first hex digits, for logs.
+    fn short(&self) -> String {
+        self.fingerprint.to_hex()[..12].to_string()
+    }
+}
+
+/// The failure counts of calls without a key: each call's count and when its window ends.
+#[derive(Default)]
+struct UnkeyedCounts {
+    counts: HashMap<UnkeyedCall, (u64, Instant)>,
+}
+
+impl UnkeyedCounts {
+    fn failures(&self, call: &UnkeyedCall) -> u64 {
+        match self.counts.get(call) {
+            Some((failures, ends)) if *ends > Instant::now() => *failures,
+            _ => 0,
+        }
+    }
+
+    fn count(&mut self, call: &UnkeyedCall, window: Duration) -> u64 {
+        let now = Instant::now();
+        if !self.counts.contains_key(call) && self.counts.len() >= MAX_UNKEYED_COUNTS {
+            self.counts.retain(|_, (_, ends)| *ends > now);
+            if self.counts.len() >= MAX_UNKEYED_COUNTS {
+                let soonest = self
+                    .counts
+                    .iter()
+                    .min_by_key(|(_, (_, ends))| *ends)
+                    .map(|(call, _)| call.clone());
+                if let Some(soonest) = soonest {
+                    self.counts.remove(&soonest);
+                }
+            }
+        }
+        let entry = self.counts.entry(call.clone()).or_insert((0, now));
+        if entry.1 <= now {
+            *entry = (0, now + window);
+        }
+        entry.0 += 1;
+        entry.0
+    }
+
+    fn clear(&mut self, call: &UnkeyedCall) {
+        self.counts.remove(call);
+    }
+}
+
+/// Settles one call without a key against its retry limit, once: the caller when its timeout
+/// passes, or the body when it ends, whichever answers the model first.
+pub(crate) struct Tally {
+    call: UnkeyedCall,
+    limit: Limit,
+    answered: AtomicBool,
+}
+
+impl Tally {
+    /// A tally of `call` under `limit`.
+    pub(crate) fn new(call: UnkeyedCall, limit: Limit) -> Tally {
+        Tally {
+            call,
+            limit,
+            answered: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts `answer`, if the model reads it, and hands it back as the model is told it. Only
+    /// the first side to answer counts (the model reads nothing else): a timed-out call counts
+    /// once, as a timeout, and its body's later ending neither adds a failure nor clears the
+    /// count. A success clears the count; the failure that reaches the limit is answered
+    /// `RETRY_LIMIT`.
+    pub(crate) fn settle<T>(
+        &self,
+        limits: &Limits,
+        tool: &str,
+        answer: Result<T, ToolError>,
+    ) -> Result<T, ToolError> {
+        if self.answered.swap(true, Ordering::SeqCst) {
+            return answer;
+        }
+        match answer {
+            Ok(value) => {
+                limits.counts().clear(&self.call);
+                Ok(value)
+            }
+            Err(err) if counts_as_failure(&err) => {
+                let failures = limits.counts().count(&self.call, self.limit.window);
+                if failures < self.limit.failures {
+                    return Err(err);
+                }
+                tracing::warn!(tool = %tool, fingerprint = %self.call.short(), failures, code = %err.code(), "retry limit reached: the model is told to stop");
+                Err(self.limit.reached(tool, failures, Some(err.code())))
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
+const IDLE: u8 = 0;
+const WAITING: u8 = 1;
+const STARTED: u8 = 2;
+const GAVE_UP: u8 = 3;
+
+/// One call's wait for a slot under its tool's concurrency limit.
+pub(crate) struct Slot {
+    semaphore: Arc<Semaphore>,
+    size: usize,
+    deadline: Option<Instant>,
+    waited: Duration,
+    state: AtomicU8,
+}
+
+impl Slot {
+    /// Waits for a slot until the call's deadline (forever without one). `Err`: no slot came in
+    /// time, or the caller gave up first, and the body must not run; `Err(true)` when this wait
+    /// gave up first (the caller did not count the call as busy).
+    pub(crate) async fn acquire(&self) -> Result<OwnedSemaphorePermit, bool> {
+        let _ = self
+            .state
+            .compare_exchange(IDLE, WAITING, Ordering::SeqCst, Ordering::SeqCst);
+        let wait = self.semaphore.clone().acquire_owned();
+        // A deadline already passed still takes a free slot: the timeout polls the wait first.
+        let permit = match self.deadline {
+            None => wait.await.ok(),
+            Some(deadline) => tokio::time::timeout_at(deadline, wait)
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
+        if let Some(permit) = permit {
+            if self
+                .state
+                .compare_exchange(WAITING, STARTED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Ok(permit);
+            }
+        }
+        Err(self.state.swap(GAVE_UP, Ordering::SeqCst) != GAVE_UP)
+    }
+
+    /// At the caller, when its timeout passed: `Some` when the call was waiting for a slot and
+    /// got none (it never will now), so its answer is `BUSY`, not `TIMEOUT`; `Some(true)` when
+    /// the caller gave up first (the wait did not count the call as busy).
+    pub(crate) fn give_up(&self) -> Option<bool> {
+        match self
+            .state
+            .compare_exchange(WAITING, GAVE_UP, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => Some(true),
+            Err(GAVE_UP) => Some(false),
+            Err(_) => None,
+        }
+    }
+
+    /// `BUSY` for `tool`.
+    pub(crate) fn busy(&self, tool: &str) -> ToolError {
+        texts::busy(tool, self.size, self.waited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(n: u64) -> UnkeyedCall {
+        let def = ToolDefinition::new("peek", "", json!({}), crate::Story::ReadOnly);
+        UnkeyedCall::new(&def, &json!({ "n": n }), &ToolContext::new("run")).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_counts_are_bounded_and_end_with_their_window() {
+        let mut counts = UnkeyedCounts::default();
+        let window = Duration::from_secs(60);
+        assert_eq!(counts.count(&call(0), window), 1);
+        assert_eq!(counts.count(&call(0), window), 2);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        for n in 1..MAX_UNKEYED_COUNTS as u64 {
+            counts.count(&call(n), window);
+        }
+        assert_eq!(counts.counts.len(), MAX_UNKEYED_COUNTS);
+        // Full: a new call drops the count whose window ends soonest (the first one's).
+        counts.count(&call(u64::MAX), window);
+        assert_eq!(counts.counts.len(), MAX_UNKEYED_COUNTS);
+        assert_eq!(counts.failures(&call(0)), 0);
+        assert_eq!(counts.failures(&call(1)), 1);
+        // Once every window ended, a new call sweeps them all.
+        tokio::time::advance(window).await;
+        assert_eq!(counts.failures(&call(1)), 0);
+        assert_eq!(counts.count(&call(u64::MAX - 1), window), 1);
+        assert_eq!(counts.counts.len(), 1);
+    }
+
+    #[test]
+    fn ignored_arguments_do_not_make_another_call() {
+        let def = ToolDefinition::new("search", "", json!({}), crate::Story::ReadOnly)
+            .with_ignored_argument("why");
+        let ctx = ToolContext::new("run").with_tenant("acme");
+        let a = UnkeyedCall::new(&def, &json!({"q": "x", "why": "first"}), &ctx).unwrap();
+        let b = UnkeyedCall::new(&def, &json!({"why": "reworded", "q": "x"}), &ctx).unwrap();
+        let c = UnkeyedCall::new(&def, &json!({"q": "y", "why": "first"}), &ctx).unwrap();
+        let other_tenant = ToolContext::new("run").with_tenant("globex");
+        let d = UnkeyedCall::new(&def, &json!({"q": "x"}), &other_tenant).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, d);
+    }
+}
