@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parse;
-use syn::{LitBool, LitStr, Path};
+use syn::{LitBool, LitInt, LitStr, Path};
 
 use super::ctxt::{did_you_mean, Ctxt};
 
@@ -38,12 +38,21 @@ pub struct Keyed {
     pub key_missing: bool,
 }
 
+/// `retry_limit = "5/10m"` or `retry_limit = "off"`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RetryLimit {
+    Off,
+    After { failures: u32, window: Duration },
+}
+
 pub struct Attr {
     pub story: Option<Spanned<StoryKind>>,
     pub keyed: Option<Keyed>,
     pub timeout: Option<Spanned<Duration>>,
     pub lease: Option<Spanned<Duration>>,
     pub retain: Option<Spanned<Duration>>,
+    pub retry_limit: Option<Spanned<RetryLimit>>,
+    pub concurrency: Option<Spanned<usize>>,
     pub name: Option<LitStr>,
     pub description: Option<LitStr>,
     pub krate: Option<Path>,
@@ -57,6 +66,8 @@ const TOP_KEYS: &[&str] = &[
     "timeout",
     "lease",
     "retain",
+    "retry_limit",
+    "concurrency",
     "name",
     "description",
     "crate",
@@ -78,6 +89,8 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
         timeout: None,
         lease: None,
         retain: None,
+        retry_limit: None,
+        concurrency: None,
         name: None,
         description: None,
         krate: None,
@@ -124,6 +137,35 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
             "timeout" => attr.timeout = parse_duration(cx, &meta)?,
             "lease" => attr.lease = parse_duration(cx, &meta)?,
             "retain" => attr.retain = parse_duration(cx, &meta)?,
+            "retry_limit" => {
+                let takes = "failures and a window in a string, as in `retry_limit = \"5/10m\"`, or `retry_limit = \"off\"`";
+                if let Some(lit) = value::<LitStr>(cx, &meta, takes)? {
+                    match retry_limit(&lit.value()) {
+                        Ok(value) => {
+                            attr.retry_limit = Some(Spanned {
+                                value,
+                                span: lit.span(),
+                            })
+                        }
+                        Err(msg) => cx.error_spanned_by(&lit, msg),
+                    }
+                }
+            }
+            "concurrency" => {
+                let takes = "how many calls may run at once, as in `concurrency = 4`";
+                if let Some(lit) = value::<LitInt>(cx, &meta, takes)? {
+                    match lit.base10_parse::<usize>() {
+                        Ok(0) => cx.error_spanned_by(&lit, "`concurrency = 0` would let no call run; give at least 1, or leave `concurrency` out for no limit"),
+                        Ok(value) => {
+                            attr.concurrency = Some(Spanned {
+                                value,
+                                span: lit.span(),
+                            })
+                        }
+                        Err(_) => cx.error_spanned_by(&lit, format!("`concurrency` takes {takes}")),
+                    }
+                }
+            }
             "name" => {
                 attr.name = value(
                     cx,
@@ -158,7 +200,7 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
                 cx.error_at(
                     span,
                     format!(
-                        "unknown `#[tool]` key `{other}`{hint}; expected one of: `read_only`, `idempotent(...)`, `natural`, `unkeyed`, `timeout`, `lease`, `retain`, `name`, `description`, `crate`"
+                        "unknown `#[tool]` key `{other}`{hint}; expected one of: `read_only`, `idempotent(...)`, `natural`, `unkeyed`, `timeout`, `lease`, `retain`, `retry_limit`, `concurrency`, `name`, `description`, `crate`"
                     ),
                 );
                 skip_value(&meta)?;
@@ -323,6 +365,31 @@ fn parse_duration(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Spann
             Ok(None)
         }
     }
+}
+
+/// `"5/10m"` (five failures within ten minutes) or `"off"`.
+pub fn retry_limit(text: &str) -> Result<RetryLimit, String> {
+    if text == "off" {
+        return Ok(RetryLimit::Off);
+    }
+    let expected = "expected failures and a window, as in `\"5/10m\"` (five failures within ten minutes), or `\"off\"`";
+    let Some((failures, window)) = text.split_once('/') else {
+        return Err(format!("invalid retry limit `\"{text}\"`; {expected}"));
+    };
+    let failures = match failures.trim().parse::<u32>() {
+        Ok(0) => {
+            return Err(format!("invalid retry limit `\"{text}\"`: it allows no failure, so no call would run; allow at least 1, or write `\"off\"`"))
+        }
+        Ok(n) => n,
+        Err(_) => {
+            return Err(format!(
+                "invalid retry limit `\"{text}\"`: `{failures}` is not a number of failures; {expected}"
+            ))
+        }
+    };
+    let window = duration(window.trim())
+        .map_err(|why| format!("invalid retry limit `\"{text}\"`: its window is an {why}"))?;
+    Ok(RetryLimit::After { failures, window })
 }
 
 /// `"200ms"`, `"2s"`, `"5m"`, `"7d"`: a positive duration with a unit.

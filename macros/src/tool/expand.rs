@@ -4,6 +4,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
+use super::attr::RetryLimit;
 use super::key::Piece;
 use super::key::Template;
 use super::model::{Keyed, Param, ParamKind, Story, Tool};
@@ -80,6 +81,18 @@ pub fn expand(tool: &Tool) -> TokenStream {
         let ms = r.value.as_millis() as u64;
         quote!(__settings.retain = ::core::time::Duration::from_millis(#ms);)
     });
+    let retry_limit = tool.retry_limit.map(|limit| match limit {
+        RetryLimit::Off => quote!(__settings.retry_limit = #tk::RetryLimit::off();),
+        RetryLimit::After { failures, window } => {
+            let ms = window.as_millis() as u64;
+            quote! {
+                __settings.retry_limit = #tk::RetryLimit::after(#failures, ::core::time::Duration::from_millis(#ms));
+            }
+        }
+    });
+    let concurrency = tool
+        .concurrency
+        .map(|n| quote!(__settings.concurrency = ::core::num::NonZeroUsize::new(#n);));
     let status_tool = tool
         .keyed()
         .and_then(|k| k.status.as_ref())
@@ -299,6 +312,8 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     __settings.wait_in_progress = #wait;
                     #lease
                     #retain
+                    #retry_limit
+                    #concurrency
                     #tk::ToolDefinition::new(#name, #description, #tk::schema_for::<__Args>(), #story)
                         .with_output_schema(#as_result::output_schema())
                         .with_annotations(#tk::Annotations::for_story(#story) #not_destructive)

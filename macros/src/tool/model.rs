@@ -5,7 +5,7 @@ use std::time::Duration;
 use proc_macro2::{Ident, Span};
 use syn::{Attribute, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
-use super::attr::{skip_value, value, Attr, Spanned, StoryKind};
+use super::attr::{skip_value, value, Attr, RetryLimit, Spanned, StoryKind};
 use super::ctxt::Ctxt;
 use super::key::{self, Template};
 
@@ -19,6 +19,10 @@ pub struct Tool {
     pub timeout: Option<Duration>,
     pub lease: Option<Spanned<Duration>>,
     pub retain: Option<Spanned<Duration>>,
+    /// `retry_limit = "5/10m"` or `"off"`; the toolbox's when not given.
+    pub retry_limit: Option<RetryLimit>,
+    /// `concurrency = 2`: at most this many bodies at once in a process.
+    pub concurrency: Option<usize>,
     pub krate: Path,
     pub params: Vec<Param>,
     pub output: Option<Type>,
@@ -126,6 +130,8 @@ impl Tool {
             timeout: attr.timeout.map(|t| t.value),
             lease: attr.lease,
             retain: attr.retain,
+            retry_limit: attr.retry_limit.map(|r| r.value),
+            concurrency: attr.concurrency.map(|c| c.value),
             krate: attr.krate.unwrap_or_else(|| syn::parse_quote!(::toolkey)),
             params,
             output,

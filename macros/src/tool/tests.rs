@@ -52,6 +52,69 @@ fn send_invoice_expansion() {
 }
 
 #[test]
+fn limits_expansion() {
+    // A read-only lookup of a rate-limited API: three failures of one call within five minutes,
+    // and at most four lookups at once.
+    let args = quote!(
+        read_only,
+        timeout = "2s",
+        retry_limit = "3/5m",
+        concurrency = 4
+    );
+    let item = quote! {
+        /// Find the invoice of one customer and billing period.
+        pub async fn find_invoice(
+            billing: State<Billing>,
+            /// Customer ID.
+            customer: String,
+            /// Billing period as YYYY-MM.
+            period: String,
+        ) -> Result<Option<Invoice>, ToolError> {
+            Ok(billing.find(&customer, &period).await)
+        }
+    };
+    let header =
+        "// The expansion of a read-only tool with a retry limit and a concurrency limit.\n\
+                  // Regenerate: UPDATE_EXPECT=1 cargo test -p toolkey-macros\n\n";
+    let text = format!("{header}{}", pretty(super::expand(args, item)));
+    expect_test::expect_file!["../../snapshots/find_invoice.rs"].assert_eq(&text);
+}
+
+#[test]
+fn retry_limit_off_says_so() {
+    let text = send_invoice(quote!(
+        idempotent(key = "invoice:<customer>:<period>"),
+        retry_limit = "off"
+    ))
+    .to_string()
+    .replace(' ', "");
+    assert!(
+        text.contains("__settings.retry_limit=::toolkey::__private::RetryLimit::off();"),
+        "{text}"
+    );
+    assert!(!text.contains("__settings.concurrency"), "{text}");
+}
+
+#[test]
+fn retry_limits_parse_as_written() {
+    use super::attr::{retry_limit, RetryLimit};
+    use std::time::Duration;
+    assert_eq!(retry_limit("off"), Ok(RetryLimit::Off));
+    assert_eq!(
+        retry_limit("5/10m"),
+        Ok(RetryLimit::After {
+            failures: 5,
+            window: Duration::from_secs(600)
+        })
+    );
+    for bad in [
+        "5", "0/10m", "five/10m", "5/", "5/10", "5/0s", "/10m", "-1/10m",
+    ] {
+        assert!(retry_limit(bad).is_err(), "{bad:?} accepted");
+    }
+}
+
+#[test]
 fn crate_override_reaches_every_path() {
     let args = quote!(
         idempotent(key = "invoice:<customer>:<period>", recover = find_invoice),

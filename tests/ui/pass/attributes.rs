@@ -1,7 +1,7 @@
 // Every key the attribute accepts, inside `idempotent(...)` and beside it.
 use std::time::Duration;
 
-use toolkey::{tool, Story, Tool, ToolError};
+use toolkey::{tool, RetryLimit, Story, Tool, ToolError};
 
 /// Refunds an order.
 #[tool(
@@ -16,6 +16,8 @@ use toolkey::{tool, Story, Tool, ToolError};
     timeout = "200ms",
     lease = "5m",
     retain = "7d",
+    retry_limit = "3/15m",
+    concurrency = 2,
     name = "refund_order",
     description = "Refunds one order, once."
 )]
@@ -36,6 +38,13 @@ async fn cancel(subscription: String) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// Tells whether an export is ready; a retryable `NOT_READY` is how it says "not yet".
+#[tool(read_only, retry_limit = "off")]
+async fn export_ready(export: String) -> Result<bool, ToolError> {
+    let _ = export;
+    Ok(true)
+}
+
 fn main() {
     let def = Refund.definition();
     assert_eq!(def.name(), "refund_order");
@@ -48,6 +57,11 @@ fn main() {
     assert_eq!(settings.lease, Duration::from_secs(5 * 60));
     assert_eq!(settings.retain, Duration::from_secs(7 * 24 * 60 * 60));
     assert_eq!(settings.wait_in_progress, Some(Duration::from_secs(2)));
+    assert_eq!(
+        settings.retry_limit,
+        RetryLimit::after(3, Duration::from_secs(15 * 60))
+    );
+    assert_eq!(settings.concurrency.map(|n| n.get()), Some(2));
     assert_eq!(Refund.status_companion().map(|_| ()), Some(()));
 
     let def = Cancel.definition();
@@ -55,4 +69,9 @@ fn main() {
     assert!(Cancel.status_companion().is_none());
     assert_eq!(def.settings().wait_in_progress, None);
     assert!(def.annotations().destructive);
+    // Without the keys: the toolbox's retry limit, no concurrency limit.
+    assert_eq!(def.settings().retry_limit, RetryLimit::toolbox());
+    assert_eq!(def.settings().concurrency, None);
+
+    assert_eq!(ExportReady.definition().settings().retry_limit, RetryLimit::off());
 }
