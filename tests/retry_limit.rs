@@ -430,6 +430,24 @@ async fn when_the_window_ends_the_call_runs_again() {
 }
 
 #[tokio::test]
+async fn an_operator_clears_the_count_and_the_call_runs_again() {
+    let gateway = Gateway::down();
+    let toolbox = builder(&gateway).build().unwrap();
+    let ctx = ctx("shop");
+    let args = charge_args("o-1");
+    ScriptedModel::repeat(&toolbox, "charge", args.clone(), &ctx, 10).await;
+    assert_eq!(gateway.attempts("charge:o-1"), 5);
+    // The gateway is back: the operator finds the call's record key from its arguments and
+    // clears its count, without waiting for the window.
+    gateway.set_up(true);
+    let key = toolbox.record_key("charge", args.clone(), &ctx).unwrap();
+    toolbox.store().clear_failures(&key).await.unwrap();
+    let out = toolbox.call("charge", args, &ctx).await.unwrap();
+    assert_eq!(out.value, json!("ch-o-1-4200"));
+    assert_eq!(gateway.attempts("charge:o-1"), 6);
+}
+
+#[tokio::test]
 async fn each_tenant_has_its_own_count() {
     let gateway = Gateway::down();
     let toolbox = builder(&gateway).build().unwrap();
