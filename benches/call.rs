@@ -121,6 +121,27 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The same calls with the retry limit off: the difference is what counting a call without
+    // a key by its arguments costs (a fingerprint and a map lookup per call).
+    let unlimited = Toolbox::builder()
+        .shared_state(ledger.clone())
+        .tool(PeekInvoice)
+        .default_retry_limit(toolkey::RetryLimit::off())
+        .build()
+        .unwrap();
+    group.bench_function("toolbox read_only, no retry limit", |b| {
+        b.to_async(&rt).iter(|| async {
+            unlimited
+                .call(
+                    "peek_invoice",
+                    json!({"customer": "acme", "period": "2026-10", "amount": 100.0}),
+                    &ctx,
+                )
+                .await
+                .unwrap()
+        })
+    });
+
     for (name, store) in stores() {
         let toolbox = toolbox(Some(store), ledger.clone());
         let n = AtomicU64::new(0);
