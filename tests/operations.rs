@@ -387,6 +387,29 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
     use toolkey::store::EntryState::{Completed, InProgress};
     assert_eq!((count(Completed), count(InProgress)), (Some(2), Some(1)));
     running.1.abort();
+
+    // A call stopped by its retry limit is let run again by clearing its failures.
+    let stopped = toolbox
+        .record_key("send_invoice", args("umbrella"), &ctx)
+        .unwrap();
+    let store = toolbox.store();
+    for _ in 0..3 {
+        store
+            .count_failure(&stopped, Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    let (exit, out, _) = toolkey(url, &["show", "--tenant", &tenant, "--key", &stopped.key]).await;
+    assert_eq!(exit, Exit::NotFound);
+    assert!(out.contains("3 failures counted"), "{out}");
+    let (exit, out, err) = toolkey(
+        url,
+        &["clear-failures", "--tenant", &tenant, "--key", &stopped.key],
+    )
+    .await;
+    assert_eq!(exit, Exit::Done, "{err}");
+    assert!(out.contains("cleared 3 counted failures"), "{out}");
+    assert_eq!(store.failures(&stopped).await.unwrap(), 0);
 }
 
 /// A toolbox whose calls hang in the body (after writing the marker) until aborted.

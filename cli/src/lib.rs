@@ -85,6 +85,9 @@ enum Command {
     Purge(PurgeArgs),
     /// Counts records by tool and state.
     Counts(FilterArgs),
+    /// Forgets a call's counted failures, so a call stopped by its retry limit (RETRY_LIMIT)
+    /// runs again before its window ends. Use it once the cause of the failures is fixed.
+    ClearFailures(KeyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -233,21 +236,47 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
         Command::Show(args) => {
             let key = RecordKey::new(args.tenant, args.key);
             let now = store.now().await?;
+            let failures = store.failures(&key).await?;
             match admin.show(&key).await? {
-                Some(entry) if cli.json => writeln!(out, "{}", entry_json(&entry, now))?,
-                Some(entry) => write_entry(out, &entry, now)?,
+                Some(entry) if cli.json => {
+                    let mut shown = entry_json(&entry, now);
+                    shown["failures"] = json!(failures);
+                    writeln!(out, "{shown}")?
+                }
+                Some(entry) => {
+                    write_entry(out, &entry, now)?;
+                    writeln!(
+                        out,
+                        "failures:    {failures} in the current retry-limit window"
+                    )?;
+                }
                 None => {
                     if cli.json {
                         writeln!(out, "null")?;
                     } else {
                         writeln!(
                             out,
-                            "no record (tenant {:?}, key {:?})",
+                            "no record (tenant {:?}, key {:?}); {failures} failures counted in \
+                             the current retry-limit window",
                             key.tenant, key.key
                         )?;
                     }
                     return Ok(Exit::NotFound);
                 }
+            }
+            Ok(Exit::Done)
+        }
+        Command::ClearFailures(args) => {
+            let key = RecordKey::new(args.tenant, args.key);
+            let failures = store.failures(&key).await?;
+            store.clear_failures(&key).await?;
+            if cli.json {
+                writeln!(out, "{}", json!({ "cleared": failures }))?;
+            } else {
+                writeln!(
+                    out,
+                    "cleared {failures} counted failures: the call runs again when asked"
+                )?;
             }
             Ok(Exit::Done)
         }
