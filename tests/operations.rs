@@ -153,6 +153,28 @@ async fn toolkey(url: &str, args: &[&str]) -> (Exit, String, String) {
     )
 }
 
+/// Runs `toolkey resolve` on `key` of `tenant`, naming `revision`, with `finding` (`--done
+/// --result ...` or `--not-done`).
+async fn resolve(
+    url: &str,
+    tenant: &str,
+    key: &str,
+    revision: &str,
+    finding: &[&str],
+) -> (Exit, String, String) {
+    let mut line = vec![
+        "resolve",
+        "--tenant",
+        tenant,
+        "--key",
+        key,
+        "--revision",
+        revision,
+    ];
+    line.extend_from_slice(finding);
+    toolkey(url, &line).await
+}
+
 /// Starts a child that calls `send_invoice` for `customer` in `mode`, waits until it is inside
 /// the body, and kills it.
 fn kill_a_worker_mid_call(url: &str, dir: &Path, tenant: &str, customer: &str, mode: &str) {
@@ -227,32 +249,15 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
     assert_eq!(outside.sent("acme"), 1);
     // Resolving a record that is not there under another tenant, or with a revision nobody saw,
     // is refused.
-    let (exit, out, _) = toolkey(
-        url,
-        &[
-            "resolve",
-            "--tenant",
-            &tenant,
-            "--key",
-            key,
-            "--revision",
-            "made-up",
-            "--not-done",
-        ],
-    )
-    .await;
+    let (exit, out, _) = resolve(url, &tenant, key, "made-up", &["--not-done"]).await;
     assert_eq!(exit, Exit::Refused, "{out}");
     assert!(out.contains("unknown under revision"), "{out}");
-    let (exit, out, err) = toolkey(
+    let (exit, out, err) = resolve(
         url,
+        &tenant,
+        key,
+        &revision,
         &[
-            "resolve",
-            "--tenant",
-            &tenant,
-            "--key",
-            key,
-            "--revision",
-            &revision,
             "--done",
             "--result",
             r#"{"invoice": "inv-acme-found-by-hand"}"#,
@@ -268,20 +273,7 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
     assert_eq!(replay.value, json!({"invoice": "inv-acme-found-by-hand"}));
     assert_eq!(outside.sent("acme"), 1, "the retry sent the invoice again");
     // A second operator who saw the same revision is refused: the record changed.
-    let (exit, out, _) = toolkey(
-        url,
-        &[
-            "resolve",
-            "--tenant",
-            &tenant,
-            "--key",
-            key,
-            "--revision",
-            &revision,
-            "--not-done",
-        ],
-    )
-    .await;
+    let (exit, out, _) = resolve(url, &tenant, key, &revision, &["--not-done"]).await;
     assert_eq!(exit, Exit::Refused);
     assert!(out.contains("it is completed now"), "{out}");
     assert_eq!(
@@ -305,20 +297,7 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
         "{out}"
     );
     assert!(out.contains(&format!("revision:    {revision}")), "{out}");
-    let (exit, out, err) = toolkey(
-        url,
-        &[
-            "resolve",
-            "--tenant",
-            &tenant,
-            "--key",
-            key,
-            "--revision",
-            &revision,
-            "--not-done",
-        ],
-    )
-    .await;
+    let (exit, out, err) = resolve(url, &tenant, key, &revision, &["--not-done"]).await;
     assert_eq!(exit, Exit::Done, "{out}{err}");
     assert_eq!(outside.sent("globex"), 0);
     let first = toolbox
@@ -353,18 +332,12 @@ async fn operator_settles_what_a_dead_worker_left(url: &str) {
     let (_, out, _) = toolkey(url, &["--json", "show", "--tenant", &tenant, "--key", key]).await;
     let shown: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown["state"], "in_progress", "{shown}");
-    let (exit, out, _) = toolkey(
+    let (exit, out, _) = resolve(
         url,
-        &[
-            "resolve",
-            "--tenant",
-            &tenant,
-            "--key",
-            key,
-            "--revision",
-            shown["revision"].as_str().unwrap(),
-            "--not-done",
-        ],
+        &tenant,
+        key,
+        shown["revision"].as_str().unwrap(),
+        &["--not-done"],
     )
     .await;
     assert_eq!(exit, Exit::Refused);

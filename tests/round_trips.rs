@@ -269,27 +269,74 @@ async fn count_cached(
     );
 }
 
+/// A PostgreSQL store reached directly, a counting proxy to the server, and a store of one
+/// connection through the proxy (so the warm-up prepares the statements the counted calls use);
+/// `None` when the server cannot be reached.
 #[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
+async fn postgres_through_a_proxy() -> Option<(
+    toolkey::store::PostgresStore,
+    CountingProxy,
+    toolkey::store::PostgresStore,
+)> {
     use toolkey::store::PostgresStore;
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
     let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
     let direct = match PostgresStore::builder(&url).pool_size(2).connect().await {
         Ok(store) => store,
-        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
+        Err(e) => {
+            servers::unreachable("PostgreSQL", VAR, &url, e);
+            return None;
+        }
     };
     let config: tokio_postgres::Config = url.parse().unwrap();
     let port = config.get_ports().first().copied().unwrap_or(5432);
     let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
     let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port), 1);
     assert_ne!(through, url, "the test URL names its port");
-    // One connection, so the warm-up prepares the statements the counted calls use.
-    let store = PostgresStore::builder(&through)
+    let counted = PostgresStore::builder(&through)
         .pool_size(1)
         .connect()
         .await
         .unwrap();
+    Some((direct, proxy, counted))
+}
+
+/// A Redis store reached directly, a counting proxy to the server, and a store through the
+/// proxy; `None` when the server cannot be reached.
+#[cfg(feature = "redis")]
+async fn redis_through_a_proxy() -> Option<(
+    toolkey::store::RedisStore,
+    CountingProxy,
+    toolkey::store::RedisStore,
+)> {
+    use toolkey::store::RedisStore;
+    const VAR: &str = "TOOLKEY_REDIS_URL";
+    let url = servers::url(VAR, "redis://127.0.0.1:6379");
+    let direct = match RedisStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => {
+            servers::unreachable("Redis", VAR, &url, e);
+            return None;
+        }
+    };
+    let info = redis::Client::open(url.as_str()).unwrap();
+    let port = match &info.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(_, port) => *port,
+        other => panic!("the test server should be reached over TCP, not {other:?}"),
+    };
+    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
+    assert_ne!(through, url, "the test URL names its port");
+    let counted = RedisStore::connect(&through).await.unwrap();
+    Some((direct, proxy, counted))
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
+    let Some((direct, proxy, store)) = postgres_through_a_proxy().await else {
+        return;
+    };
     let unlimited = store.clone();
     let (counted, beside) = (toolbox(store), toolbox(direct));
     count("postgres", &proxy, counted, beside, (3, 1, 1, 1)).await;
@@ -299,44 +346,18 @@ async fn postgres_answers_in_one_round_trip_and_runs_in_two() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_behind_a_cache_replays_without_a_round_trip() {
-    use toolkey::store::PostgresStore;
-    const VAR: &str = "TOOLKEY_POSTGRES_URL";
-    let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
-    let direct = match PostgresStore::builder(&url).pool_size(2).connect().await {
-        Ok(store) => store,
-        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
+    let Some((direct, proxy, store)) = postgres_through_a_proxy().await else {
+        return;
     };
-    let config: tokio_postgres::Config = url.parse().unwrap();
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-    let through = url.replacen(&format!(":{port}/"), &format!(":{}/", proxy.port), 1);
-    let store = PostgresStore::builder(&through)
-        .pool_size(1)
-        .connect()
-        .await
-        .unwrap();
     count_cached("postgres-cached", &proxy, store, direct).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_answers_in_one_round_trip_and_runs_in_two() {
-    use toolkey::store::RedisStore;
-    const VAR: &str = "TOOLKEY_REDIS_URL";
-    let url = servers::url(VAR, "redis://127.0.0.1:6379");
-    let direct = match RedisStore::connect(&url).await {
-        Ok(store) => store,
-        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
+    let Some((direct, proxy, store)) = redis_through_a_proxy().await else {
+        return;
     };
-    let info = redis::Client::open(url.as_str()).unwrap();
-    let port = match &info.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(_, port) => *port,
-        other => panic!("the test server should be reached over TCP, not {other:?}"),
-    };
-    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
-    assert_ne!(through, url, "the test URL names its port");
-    let store = RedisStore::connect(&through).await.unwrap();
     let unlimited = store.clone();
     let (counted, beside) = (toolbox(store), toolbox(direct));
     count("redis", &proxy, counted, beside, (3, 1, 1, 1)).await;
@@ -346,21 +367,9 @@ async fn redis_answers_in_one_round_trip_and_runs_in_two() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_behind_a_cache_replays_without_a_round_trip() {
-    use toolkey::store::RedisStore;
-    const VAR: &str = "TOOLKEY_REDIS_URL";
-    let url = servers::url(VAR, "redis://127.0.0.1:6379");
-    let direct = match RedisStore::connect(&url).await {
-        Ok(store) => store,
-        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
+    let Some((direct, proxy, store)) = redis_through_a_proxy().await else {
+        return;
     };
-    let info = redis::Client::open(url.as_str()).unwrap();
-    let port = match &info.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(_, port) => *port,
-        other => panic!("the test server should be reached over TCP, not {other:?}"),
-    };
-    let proxy = CountingProxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await;
-    let through = url.replacen(&format!(":{port}"), &format!(":{}", proxy.port), 1);
-    let store = RedisStore::connect(&through).await.unwrap();
     count_cached("redis-cached", &proxy, store, direct).await;
 }
 
