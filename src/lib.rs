@@ -42,6 +42,7 @@
 //! A [`Toolbox`] holds the tools, their store and shared [`State`]; [`Toolbox::call`] runs one
 //! call by name. [`providers`] turns the tool calls of OpenAI, Anthropic and MCP into calls and
 //! their results back into messages; every [`ToolDefinition`] exports its schema for each API.
+//! [`observe`] names the `tracing` span each call is and the metrics it counts in.
 //!
 //! # Getting started
 //!
@@ -68,7 +69,7 @@ pub use toolkey_runtime::{
 };
 
 #[doc(inline)]
-pub use toolkey_runtime::{adapters, admin, providers, store};
+pub use toolkey_runtime::{adapters, admin, observe, providers, store};
 
 /// The retry-safety check users run against their own tools (feature `testing`).
 #[cfg(feature = "testing")]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::observe::CallId;
 use crate::once::OnceScope;
 use crate::{texts, IdempotencyKey, ToolError};
 
@@ -45,6 +46,7 @@ pub struct ToolContext {
     step: Option<u64>,
     tenant: Option<Arc<str>>,
     event_id: Option<Arc<str>>,
+    call_id: Option<CallId>,
     once: Option<Arc<OnceScope>>,
     progress: Option<ProgressSink>,
 }
@@ -65,6 +67,7 @@ impl ToolContext {
             step: None,
             tenant: None,
             event_id: None,
+            call_id: None,
             once: None,
             progress: None,
         }
@@ -90,6 +93,22 @@ impl ToolContext {
         self
     }
 
+    /// The id the model's API gave this tool call (a Chat Completions `tool_calls[].id`, a
+    /// Responses `call_id`, an Anthropic `tool_use` id), recorded as `gen_ai.tool.call.id` on
+    /// the call's span so a trace joins the model's turn to the tool's run. The
+    /// [provider adapters](crate::providers) set it. It names one message, not one action: a
+    /// model's retry carries a new id, so it is never part of a key.
+    pub fn with_tool_call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(CallId::Tool(Arc::from(id.into())));
+        self
+    }
+
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn with_mcp_request_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(CallId::McpRequest(Arc::from(id.into())));
+        self
+    }
+
     /// The run id.
     pub fn run_id(&self) -> &str {
         &self.run_id
@@ -108,6 +127,18 @@ impl ToolContext {
     /// The event id, if set.
     pub fn event_id(&self) -> Option<&str> {
         self.event_id.as_deref()
+    }
+
+    /// The tool call's id, if the caller gave one (see [`with_tool_call_id`](Self::with_tool_call_id)).
+    pub fn tool_call_id(&self) -> Option<&str> {
+        match &self.call_id {
+            Some(CallId::Tool(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn call_id(&self) -> Option<&CallId> {
+        self.call_id.as_ref()
     }
 
     /// The tenant under which records are kept (`""` when none is set).
@@ -200,6 +231,7 @@ impl fmt::Debug for ToolContext {
             .field("step", &self.step)
             .field("tenant", &self.tenant)
             .field("event_id", &self.event_id)
+            .field("call_id", &self.call_id)
             .field("key", &self.idempotency_key())
             .finish()
     }

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::key::log_hash;
+use crate::observe::{self, Renewals, StoreOp};
 use crate::stats::Counters;
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError, Token};
 use crate::{texts, ErrorCode, ToolError};
@@ -47,6 +48,8 @@ impl Renewal {
         lease: Duration,
     ) -> Renewal {
         let lost = Arc::new(AtomicBool::new(false));
+        // The renewal reports to the call it holds the lease for, and logs in its span.
+        let renewals = Renewals::of_current();
         let task = tokio::spawn({
             let lost = lost.clone();
             async move {
@@ -54,14 +57,17 @@ impl Renewal {
                 let mut wait = period;
                 loop {
                     tokio::time::sleep(wait).await;
-                    match store.renew(&rkey, &token, lease).await {
-                        Ok(true) => wait = period,
+                    match observe::store(StoreOp::Renew, store.renew(&rkey, &token, lease)).await {
+                        Ok(true) => {
+                            renewals.renewed();
+                            wait = period;
+                        }
                         Ok(false) => {
                             lost.store(true, Ordering::SeqCst);
                             return;
                         }
                         Err(e) => {
-                            tracing::warn!(key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
+                            tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
                             wait = (period / 8).max(FIRST_RETRY).min(period);
                         }
                     }
@@ -125,16 +131,22 @@ impl Write {
     ) -> Result<Landed, StoreError> {
         let applied = match self {
             Write::Complete(outcome, retain) => {
-                store.complete(rkey, token, outcome, *retain).await?
+                let complete = store.complete(rkey, token, outcome, *retain);
+                observe::store(StoreOp::Complete, complete).await?
             }
-            Write::MarkUnknown => store.mark_unknown(rkey, token).await?,
+            Write::MarkUnknown => {
+                observe::store(StoreOp::MarkUnknown, store.mark_unknown(rkey, token)).await?
+            }
             // Not held by this token: nothing of this reservation holds the key.
-            Write::Release => return store.release(rkey, token).await.map(|_| Landed::Yes),
+            Write::Release => {
+                let release = observe::store(StoreOp::Release, store.release(rkey, token));
+                return release.await.map(|_| Landed::Yes);
+            }
         };
         if applied {
             return Ok(Landed::Yes);
         }
-        let landed = match (self, store.get(rkey).await?) {
+        let landed = match (self, observe::store(StoreOp::Get, store.get(rkey)).await?) {
             (Write::Complete(outcome, _), Some(Record::Completed { outcome: held, .. })) => {
                 held == *outcome
             }
@@ -286,7 +298,8 @@ pub(crate) async fn unreserve(
 ) {
     let mut wait = FIRST_RETRY;
     for _ in 0..3 {
-        if store.release(rkey, token).await.is_ok() {
+        let release = observe::store(StoreOp::Release, store.release(rkey, token));
+        if release.await.is_ok() {
             return;
         }
         tokio::time::sleep(wait).await;

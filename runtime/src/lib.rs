@@ -10,7 +10,8 @@
 //
 // - vocabulary: `story`; `error` and `texts` (every text a model reads; the two use each other,
 //   `ToolError::outcome_unknown` taking its default suggestion from `texts`); `key`,
-//   `fingerprint`, `stats`; `store` (the trait, the record judgement, the stores)
+//   `fingerprint`, `stats`; `store` (the trait, the record judgement, the stores); `observe`
+//   (the spans and metrics of calls, steps and store operations)
 // - holding a reservation: `lease` (renewal, the ending writes, `drive` and `settle`), then
 //   `once` (`ctx.once` steps, held the same way)
 // - what a call carries: `context` (`ToolContext`, state), `tool` (the `Tool` trait, definitions,
@@ -31,6 +32,7 @@ mod export;
 mod fingerprint;
 mod key;
 mod lease;
+pub mod observe;
 mod once;
 pub mod providers;
 mod schema;

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::lease::{drive, settle, unreserve, Holder, Recorder, What};
+use crate::observe::{self, Happened, StoreOp};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
 
@@ -93,6 +95,29 @@ impl OnceScope {
             return Err(texts::bad_step_name(step));
         }
         let key = self.key.step_key(step);
+        let observed = observe::Step::start(step, key.as_str());
+        let span = observed.span().clone();
+        let result = self
+            .step(&observed, tenant, step, &key, work)
+            .instrument(span)
+            .await;
+        observed.finish(&result);
+        result
+    }
+
+    async fn step<T, E, F>(
+        &self,
+        observed: &observe::Step,
+        tenant: &str,
+        step: &str,
+        key: &IdempotencyKey,
+        work: F,
+    ) -> Result<T, ToolError>
+    where
+        F: Future<Output = Result<T, E>> + Send,
+        T: Serialize + DeserializeOwned,
+        E: Into<ToolError>,
+    {
         let rkey = RecordKey::new(tenant, key.as_str());
         let what = What::Step {
             step,
@@ -101,11 +126,10 @@ impl OnceScope {
         let label = format!("{}/{step}", self.tool);
         let token = loop {
             let token = Token::generate();
-            let reservation = match self
+            let reserve = self
                 .store
-                .reserve(&rkey, &label, &self.fingerprint, &token, self.lease)
-                .await
-            {
+                .reserve(&rkey, &label, &self.fingerprint, &token, self.lease);
+            let reservation = match observe::store(StoreOp::Reserve, reserve).await {
                 Ok(reservation) => reservation,
                 Err(e) => {
                     // The reserve may have been applied with its reply lost: free it, so the
@@ -120,25 +144,25 @@ impl OnceScope {
             };
             if record.fingerprint() != &self.fingerprint {
                 self.release_parent.store(true, Ordering::SeqCst);
+                observed.mark(Happened::Conflict);
                 return Err(texts::step_conflict(step));
             }
             let value = match record {
-                Record::Completed {
-                    outcome: Outcome::Ok(value),
-                    ..
-                } => value,
-                Record::Completed {
-                    outcome: Outcome::Err(err),
-                    ..
-                } => return Err(err),
+                Record::Completed { outcome, .. } => {
+                    observed.mark(Happened::Replayed);
+                    match outcome {
+                        Outcome::Ok(value) => value,
+                        Outcome::Err(err) => return Err(err),
+                    }
+                }
                 Record::InProgress { .. } => {
                     self.release_parent.store(true, Ordering::SeqCst);
+                    observed.mark(Happened::InProgress);
                     return Err(texts::step_in_progress(step));
                 }
                 Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
-                    match self
-                        .store
-                        .take_over(&rkey, &token, self.lease)
+                    let take_over = self.store.take_over(&rkey, &token, self.lease);
+                    match observe::store(StoreOp::TakeOver, take_over)
                         .await
                         .map_err(|e| e.step_refusal(step))?
                     {
@@ -147,11 +171,15 @@ impl OnceScope {
                         None => continue,
                     }
                 }
-                Record::Stale { .. } => return Err(texts::step_unknown(step)),
+                Record::Stale { .. } => {
+                    observed.mark(Happened::Unknown);
+                    return Err(texts::step_unknown(step));
+                }
             };
             return serde_json::from_value(value)
                 .map_err(|e| texts::step_result_unfit(step, &e.to_string()));
         };
+        observed.mark(Happened::Executed);
         let recorded = async {
             let value = work.await.map_err(Into::into)?;
             // The step acted: a result that cannot be recorded makes its outcome unknown, never

@@ -13,6 +13,7 @@ use crate::admin::Admin;
 use crate::context::StateMap;
 use crate::exec::{Approver, Executor, ToolOutput};
 use crate::lease::ShutdownReport;
+use crate::observe::{self, ToolTelemetry};
 use crate::stats::Stats;
 use crate::store::{MemoryStore, RecordKey, Store};
 use crate::story::Story;
@@ -50,17 +51,21 @@ pub enum BuildError {
     NoApprover(Vec<String>),
 }
 
-/// A tool as the toolbox holds it: the definition with this toolbox's overrides applied.
+/// A tool as the toolbox holds it: the definition with this toolbox's overrides applied, and
+/// what its spans and metrics are named by.
 struct Registered {
     tool: Box<dyn Tool>,
     definition: Arc<ToolDefinition>,
+    telemetry: Arc<ToolTelemetry>,
 }
 
-/// A status companion: its definition, the tool it reports on, and how it derives that tool's key.
+/// A status companion: its definition, the tool it reports on, how it derives that tool's key,
+/// and what its spans and metrics are named by.
 struct StatusEntry {
     definition: ToolDefinition,
     target: String,
     key: KeyFn,
+    telemetry: Arc<ToolTelemetry>,
 }
 
 enum Entry {
@@ -101,6 +106,7 @@ pub struct ToolboxBuilder {
     default_retry_limit: RetryLimit,
     retry_limits: HashMap<String, RetryLimit>,
     concurrency: HashMap<String, Option<NonZeroUsize>>,
+    telemetry: observe::Options,
 }
 
 impl ToolboxBuilder {
@@ -155,6 +161,14 @@ impl ToolboxBuilder {
     /// not take at once (default 10 s).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = Some(grace);
+        self
+    }
+
+    /// Records each call's tenant (`ctx.tenant`) on its span as `toolkey.tenant` (off by
+    /// default). A tenant names a customer: turn it on where traces may hold that.
+    /// See [`observe`] for what a call's span holds.
+    pub fn tenant_in_spans(mut self, on: bool) -> Self {
+        self.telemetry.tenant = on;
         self
     }
 
@@ -242,6 +256,7 @@ impl ToolboxBuilder {
             }
             if let Some(companion) = tool.status_companion() {
                 let status = StatusEntry {
+                    telemetry: ToolTelemetry::new(&companion.definition.name),
                     definition: companion.definition.clone(),
                     target: definition.name.clone(),
                     key: companion.key,
@@ -254,6 +269,7 @@ impl ToolboxBuilder {
             }
             let registered = Registered {
                 tool,
+                telemetry: ToolTelemetry::new(&definition.name),
                 definition: Arc::new(definition.clone()),
             };
             add(definition.name.clone(), Entry::Tool(registered), definition)?;
@@ -265,11 +281,13 @@ impl ToolboxBuilder {
         if !unkeyed.is_empty() && self.approver.is_none() {
             return Err(BuildError::NoApprover(unkeyed));
         }
+        observe::describe();
         let mut exec = Executor::new(
             self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
             Arc::new(self.state),
             self.approver,
             self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            self.telemetry,
         );
         for (tool, limit) in slots {
             exec.limit_concurrency(&tool, limit);
@@ -390,16 +408,23 @@ impl Toolbox {
     ) -> Result<ToolOutput, ToolError> {
         match self.inner.entries.get(name) {
             Some(Entry::Tool(registered)) => {
-                let Registered { tool, definition } = registered;
-                self.inner.exec.call(&**tool, definition, args, ctx).await
+                let Registered {
+                    tool,
+                    definition,
+                    telemetry,
+                } = registered;
+                let exec = &self.inner.exec;
+                exec.call(&**tool, definition, telemetry, args, ctx).await
             }
             Some(Entry::Status(status)) => {
-                let key = (status.key)(args, ctx)?;
-                let name = status.definition.name();
-                self.inner
-                    .exec
-                    .status(name, &status.target, &key, ctx)
-                    .await
+                let StatusEntry {
+                    target,
+                    key,
+                    telemetry,
+                    ..
+                } = &**status;
+                let exec = &self.inner.exec;
+                exec.status(telemetry, target, key, args, ctx).await
             }
             None => Err(self.unknown_tool(name)),
         }

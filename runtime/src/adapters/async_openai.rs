@@ -70,7 +70,7 @@ use ::async_openai::types::chat::{
 };
 use serde_json::Value;
 
-use crate::providers::{content, run, unanswered, Entry};
+use crate::providers::{content, run, unanswered, with_call_id, Entry};
 use crate::texts::wrong_item_type;
 use crate::{ToolContext, Toolbox};
 
@@ -156,7 +156,8 @@ pub async fn handle_tool_call(
     let (id, result) = match tool_call {
         ChatCompletionMessageToolCalls::Function(call) => {
             let arguments = Value::String(call.function.arguments.clone());
-            let result = run(toolbox, Some(&call.function.name), Some(&arguments), ctx).await;
+            let ctx = with_call_id(ctx, &call.id);
+            let result = run(toolbox, Some(&call.function.name), Some(&arguments), &ctx).await;
             (&call.id, result)
         }
         ChatCompletionMessageToolCalls::Custom(call) => {

@@ -17,6 +17,7 @@ use super::{Executor, ToolOutput};
 use crate::lease::{
     drive, panicked, record_outcome, settle, unreserve, Holder, Panic, Renewal, What, Write,
 };
+use crate::observe::{self, Happened, StoreOp};
 use crate::once::OnceScope;
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
 use crate::texts;
@@ -41,6 +42,7 @@ pub(super) async fn run(
     let store = exec.store.clone();
     let rkey = RecordKey::new(ctx.scope(), key.as_str());
     let log_key = key.for_logs();
+    observe::key(key.as_str());
     let deadline = settings
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);
@@ -66,10 +68,8 @@ pub(super) async fn run(
     // Settle what the key's record says until this call holds the key (or has its answer).
     let (token, mut renewal) = loop {
         let token = Token::generate();
-        let reservation = match store
-            .reserve(&rkey, &def.name, &fingerprint, &token, settings.lease)
-            .await
-        {
+        let reserve = store.reserve(&rkey, &def.name, &fingerprint, &token, settings.lease);
+        let reservation = match observe::store(StoreOp::Reserve, reserve).await {
             Ok(reservation) => reservation,
             Err(e) => {
                 tracing::warn!(tool = %def.name, key = %log_key, error = %e, "store refused the reservation; the tool did not run");
@@ -88,6 +88,7 @@ pub(super) async fn run(
         };
         if record.fingerprint() != &fingerprint {
             exec.stats.conflicts.inc();
+            observe::mark(Happened::Conflict);
             tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
             return Err(texts::conflict(
                 def.named(),
@@ -97,6 +98,7 @@ pub(super) async fn run(
         match record {
             Record::Completed { outcome, .. } => {
                 exec.stats.replayed.inc();
+                observe::mark(Happened::Replayed);
                 tracing::debug!(tool = %def.name, key = %log_key, "replayed");
                 return match outcome {
                     Outcome::Ok(value) => Ok(ToolOutput {
@@ -112,6 +114,7 @@ pub(super) async fn run(
                     continue;
                 }
                 exec.stats.in_progress.inc();
+                observe::mark(Happened::InProgress);
                 tracing::debug!(tool = %def.name, key = %log_key, "in progress");
                 return Err(texts::in_progress(def.named(), since));
             }
@@ -123,13 +126,16 @@ pub(super) async fn run(
             } => {
                 let Some(recover) = recover_hook.take() else {
                     exec.stats.unknown.inc();
+                    observe::mark(Happened::Unknown);
                     tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
                     return Err(texts::outcome_unknown(def.named(), since, reported));
                 };
                 // Checked before taking the record over, which leaves it as it is when refused.
                 let failures = match limit {
                     Some(limit) => {
-                        let failures = store.failures(&rkey).await.map_err(StoreError::refusal)?;
+                        let failures = observe::store(StoreOp::Failures, store.failures(&rkey))
+                            .await
+                            .map_err(StoreError::refusal)?;
                         if failures >= limit.failures {
                             exec.stats.retry_limited.inc();
                             tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
@@ -139,8 +145,8 @@ pub(super) async fn run(
                     }
                     None => None,
                 };
-                let Some(token) = store
-                    .take_over(&rkey, &token, settings.lease)
+                let take_over = store.take_over(&rkey, &token, settings.lease);
+                let Some(token) = observe::store(StoreOp::TakeOver, take_over)
                     .await
                     .map_err(StoreError::refusal)?
                 else {
@@ -214,8 +220,9 @@ pub(super) async fn run(
     };
     // A call that failed as often as its limit allows does not run: the key is freed, and the
     // window's end lets the call run again.
+    let read_failures = || observe::store(StoreOp::Failures, store.failures(&rkey));
     let prior = match (limit, prior) {
-        (Some(limit), None) => match store.failures(&rkey).await {
+        (Some(limit), None) => match read_failures().await {
             Ok(failures) if failures >= limit.failures => {
                 exec.stats.retry_limited.inc();
                 tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
@@ -255,6 +262,7 @@ pub(super) async fn run(
     };
 
     exec.stats.executed.inc();
+    let _running = observe::body_started();
     // The lookup's renewal (after a take-over) holds the lease until the body's own starts.
     let (ran, renewal) = drive(
         &store,
@@ -311,7 +319,8 @@ async fn count_failure(
     limit: Limit,
     def: &ToolDefinition,
 ) -> Option<u64> {
-    match store.count_failure(rkey, limit.window).await {
+    let count = store.count_failure(rkey, limit.window);
+    match observe::store(StoreOp::CountFailure, count).await {
         Ok(failures) => (failures >= limit.failures).then_some(failures),
         Err(e) => {
             tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not count a failure for the retry limit");
@@ -348,7 +357,7 @@ async fn clear_failures(
     if prior.unwrap_or(0) == 0 {
         return;
     }
-    if let Err(e) = store.clear_failures(rkey).await {
+    if let Err(e) = observe::store(StoreOp::ClearFailures, store.clear_failures(rkey)).await {
         tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not clear the failures counted for the retry limit; they end with their window");
     }
 }

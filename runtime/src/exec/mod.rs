@@ -24,20 +24,21 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use futures_util::FutureExt;
-use serde_json::{json, Value};
-use tokio_util::task::TaskTracker;
-
 use crate::context::StateMap;
 use crate::lease::{panicked, Recorder, ShutdownReport, What};
+use crate::observe::{self, Observed, StoreOp, ToolTelemetry};
 use crate::stats::{Counters, Stats};
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
 use crate::story::Story;
 use crate::texts;
-use crate::tool::{Call, Invocation, Tool, ToolDefinition};
+use crate::tool::{Call, Invocation, KeyFn, Tool, ToolDefinition};
 use crate::{IdempotencyKey, ToolContext, ToolError};
+use async_trait::async_trait;
+use futures_util::FutureExt;
 use limits::{Limit, Limits, Slot, Tally, UnkeyedCall};
+use serde_json::{json, Value};
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// What a successful call returns.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,16 +94,18 @@ pub(crate) struct Executor {
     recorder: Arc<Recorder>,
     shutdown_grace: Duration,
     limits: Limits,
+    telemetry: observe::Options,
 }
 
 impl Executor {
-    /// An executor over `store` and `state`; `approver` decides `unkeyed` calls (none: every
-    /// such call is refused); `shutdown` waits up to `shutdown_grace` for unrecorded outcomes.
+    /// An executor over `store` and `state`; `approver` decides `unkeyed` calls (none: every    /// such call is refused); `shutdown` waits up to `shutdown_grace` for unrecorded outcomes;
+    /// `telemetry` says what the calls' spans may show.
     pub(crate) fn new(
         store: Arc<dyn Store>,
         state: Arc<StateMap>,
         approver: Option<Arc<dyn Approver>>,
         shutdown_grace: Duration,
+        telemetry: observe::Options,
     ) -> Executor {
         Executor {
             store,
@@ -113,9 +116,15 @@ impl Executor {
             recorder: Arc::default(),
             shutdown_grace,
             limits: Limits::default(),
+            telemetry,
         }
     }
 
+    /// Opens the span of one call of `tool` (see [`observe`]).
+    fn observe(&self, tool: &Arc<ToolTelemetry>, story: Story, ctx: &ToolContext) -> Observed {
+        let tenant = ctx.tenant().filter(|_| self.telemetry.tenant);
+        Observed::start(tool, story, ctx.call_id(), tenant)
+    }
     /// Bounds `tool` to `limit` bodies at once in this process.
     pub(crate) fn limit_concurrency(&mut self, tool: &str, limit: std::num::NonZeroUsize) {
         self.limits.limit_concurrency(tool, limit);
@@ -130,16 +139,18 @@ impl Executor {
     pub(crate) fn stats(&self) -> Stats {
         self.stats.snapshot()
     }
-
     /// One call of `tool`, whose definition (as the toolbox holds it, overrides applied) is
-    /// `def`: its arguments validated and prepared, an `unkeyed` call approved, then [run](Self::run).
+    /// `def` and whose spans and metrics `telemetry` names: its arguments validated and
+    /// prepared, an `unkeyed` call approved, then [run](Self::run).
     pub(crate) async fn call(
         self: &Arc<Self>,
         tool: &dyn Tool,
         def: &Arc<ToolDefinition>,
+        telemetry: &Arc<ToolTelemetry>,
         args: Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
+        let observed = self.observe(telemetry, def.story, ctx);
         // The approver sees the arguments as the model sent them, once they are known to be valid.
         let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
         // A call without a key has no record to count its failures under: it is counted in
@@ -150,17 +161,29 @@ impl Executor {
             }
             _ => None,
         };
-        let call = tool.prepare(args, ctx)?;
-        if let Some(tally) = &tally {
-            // Refused before anyone is asked to approve it.
-            self.limits
-                .refuse_if_reached(&def.name, tally)
-                .inspect_err(|_| self.stats.retry_limited.inc())?;
+        let prepared = async {
+            let call = tool.prepare(args, ctx)?;
+            if let Some(tally) = &tally {
+                // Refused before anyone is asked to approve it.
+                self.limits
+                    .refuse_if_reached(&def.name, tally)
+                    .inspect_err(|_| self.stats.retry_limited.inc())?;
+            }
+            if let Some(arguments) = approval_args {
+                self.approve(def, &arguments, ctx).await?;
+            }
+            Ok(call)
+        };
+        match prepared.instrument(observed.span().clone()).await {
+            Ok(call) => {
+                self.run_tallied(def.clone(), call, ctx, tally, &observed)
+                    .await
+            }
+            Err(err) => {
+                observed.finish(Err(&err));
+                Err(err)
+            }
         }
-        if let Some(arguments) = approval_args {
-            self.approve(def, &arguments, ctx).await?;
-        }
-        self.run_tallied(def.clone(), call, ctx, tally).await
     }
 
     async fn approve(
@@ -195,26 +218,30 @@ impl Executor {
         call: Call,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
-        self.run_tallied(def, call, ctx, None).await
+        let observed = self.observe(&ToolTelemetry::new(&def.name), def.story, ctx);
+        self.run_tallied(def, call, ctx, None, &observed).await
     }
 
     /// [`run`](Self::run), with the tally that counts a call without a key against its retry
     /// limit. The call's `timeout` covers its wait for a slot under a concurrency limit too: a
-    /// call that got no slot by then is answered `BUSY`, and its body never runs.
+    /// call that got no slot by then is answered `BUSY`, and its body never runs. The task
+    /// records the call's answer in `observed` when it ends, unless the caller's timeout
+    /// answered first.
     async fn run_tallied(
         self: &Arc<Self>,
         def: Arc<ToolDefinition>,
         call: Call,
         ctx: &ToolContext,
         tally: Option<Arc<Tally>>,
+        observed: &Observed,
     ) -> Result<ToolOutput, ToolError> {
         let timeout = def.settings.timeout;
         let slot = self.limits.slot(&def.name, timeout);
-        let mut task = {
+        let body = {
             let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
-            let (slot, tally) = (slot.clone(), tally.clone());
-            self.tracker.spawn(async move {
-                if def.story == Story::Idempotent {
+            let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
+            async move {
+                let answer = if def.story == Story::Idempotent {
                     keyed::run(exec, def, call, ctx, slot).await
                 } else {
                     let answer = exec.run_unkeyed(&def, call, ctx, slot).await;
@@ -224,11 +251,15 @@ impl Executor {
                             .inspect_err(|e| exec.count_retry_limited(e)),
                         None => answer,
                     }
-                }
-            })
+                };
+                observed.finish(answer.as_ref().map(|out| out.replayed));
+                answer
+            }
         };
+        // Boxed first, so the wrappers move a pointer rather than the whole call.
+        let mut task = self.tracker.spawn(observed.scope(Box::pin(body)));
         let joined = match timeout {
-            None => task.await,
+            None => (&mut task).await,
             Some(limit) => match tokio::time::timeout(limit, &mut task).await {
                 Ok(joined) => joined,
                 Err(_) => {
@@ -244,18 +275,30 @@ impl Executor {
                             return Err(slot.busy(&def.name));
                         }
                     }
+                    if !observed.claim_timeout() {
+                        // The body ended as the wait did, and its answer is the one recorded.
+                        return task.await.unwrap_or_else(|e| {
+                            Err(texts::task_failed(&def.name, &e.to_string()))
+                        });
+                    }
                     self.stats.timeouts.inc();
                     let timed_out = Err(texts::timed_out(def.named(), def.story, limit));
-                    return match tally {
+                    let answer: Result<ToolOutput, ToolError> = match tally {
                         Some(tally) => tally
                             .settle(&self.limits, &def.name, timed_out)
                             .inspect_err(|e| self.count_retry_limited(e)),
                         None => timed_out,
                     };
+                    observed.timed_out(answer.as_ref().map(|out| out.replayed));
+                    return answer;
                 }
             },
         };
-        joined.unwrap_or_else(|e| Err(texts::task_failed(&def.name, &e.to_string())))
+        joined.unwrap_or_else(|e| {
+            let err = texts::task_failed(&def.name, &e.to_string());
+            observed.finish(Err(&err));
+            Err(err)
+        })
     }
 
     /// Counts an answer a [`Tally`] turned into `RETRY_LIMIT` (the keyed path counts its own).
@@ -287,6 +330,7 @@ impl Executor {
             None => None,
         };
         self.stats.executed.inc();
+        let _running = observe::body_started();
         let invocation = Invocation {
             ctx,
             state: self.state.clone(),
@@ -303,18 +347,41 @@ impl Executor {
             Err(panic) => Err(panicked(What::Tool(&def.name), "body", panic)),
         }
     }
-
-    /// A status companion's answer: what the store holds for `key` in the caller's tenant.
-    /// `status` and `target` name the companion and its tool, for the logs.
+    /// A status companion's answer: what the store holds, in the caller's tenant, for the key
+    /// `key` derives from `args`. `status` names the companion, `target` its tool, for the spans
+    /// and logs.
     pub(crate) async fn status(
+        &self,
+        status: &Arc<ToolTelemetry>,
+        target: &str,
+        key: &KeyFn,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let observed = self.observe(status, Story::ReadOnly, ctx);
+        let answer = match key(args, ctx) {
+            Ok(key) => {
+                let read = self.read_status(status.name(), target, &key, ctx);
+                observed.scope(read).await
+            }
+            Err(err) => Err(err),
+        };
+        observed.finish(answer.as_ref().map(|out| out.replayed));
+        answer
+    }
+
+    async fn read_status(
         &self,
         status: &str,
         target: &str,
         key: &IdempotencyKey,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
+        observe::key(key.as_str());
         let rkey = RecordKey::new(ctx.scope(), key.as_str());
-        let record = self.store.get(&rkey).await.map_err(StoreError::refusal)?;
+        let record = observe::store(StoreOp::Get, self.store.get(&rkey))
+            .await
+            .map_err(StoreError::refusal)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();
         let value = match record {
             None => json!({"status": "not_found"}),

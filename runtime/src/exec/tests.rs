@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use super::{Executor, ToolOutput};
 use crate::context::StateMap;
 use crate::key::KeyBuilder;
+use crate::observe::ToolTelemetry;
 use crate::store::{MemoryStore, Store};
 use crate::story::Story;
 use crate::tool::{Body, Call, Settings, Tool, ToolDefinition};
@@ -44,6 +45,7 @@ fn executor() -> Arc<Executor> {
         Arc::new(StateMap::default()),
         None,
         Duration::from_secs(5),
+        Default::default(),
     ))
 }
 
@@ -205,7 +207,13 @@ async fn an_unkeyed_call_runs_only_when_approved() {
     let def = Arc::new(tool.definition());
 
     let refused = executor()
-        .call(&tool, &def, json!({"to": "x"}), &ctx())
+        .call(
+            &tool,
+            &def,
+            &ToolTelemetry::new("wire"),
+            json!({"to": "x"}),
+            &ctx(),
+        )
         .await
         .unwrap_err();
     assert!(refused.is(ErrorCode::ApprovalRequired), "{refused:?}");
@@ -218,9 +226,16 @@ async fn an_unkeyed_call_runs_only_when_approved() {
             request.tool == "wire" && request.arguments["to"] == "x"
         })),
         Duration::from_secs(5),
+        Default::default(),
     ));
     approving
-        .call(&tool, &def, json!({"to": "x"}), &ctx())
+        .call(
+            &tool,
+            &def,
+            &ToolTelemetry::new("wire"),
+            json!({"to": "x"}),
+            &ctx(),
+        )
         .await
         .unwrap();
     assert_eq!(ledger.sent(), 1);

@@ -20,7 +20,7 @@
 
 use serde_json::{json, Value};
 
-use super::{content, run, str_field, unanswered, Entry};
+use super::{content, run, str_field, unanswered, with_call_id, Entry};
 use crate::texts;
 use crate::{ToolContext, Toolbox};
 
@@ -70,7 +70,10 @@ pub async fn handle_tool_use(toolbox: &Toolbox, block: &Value, ctx: &ToolContext
     let id = str_field(block, "id").unwrap_or_default();
     let result = match str_field(block, "type") {
         Some(other) if other != "tool_use" => Err(texts::wrong_item_type("tool_use", other)),
-        _ => run(toolbox, str_field(block, "name"), block.get("input"), ctx).await,
+        _ => {
+            let ctx = with_call_id(ctx, id);
+            run(toolbox, str_field(block, "name"), block.get("input"), &ctx).await
+        }
     };
     let (content, is_error) = content(&result);
     json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})

@@ -83,6 +83,14 @@ pub(crate) fn call_arguments(
     Ok(arguments)
 }
 
+/// `ctx` with the id the provider gave the call, for its span (none when the id is empty).
+pub(crate) fn with_call_id(ctx: &ToolContext, id: &str) -> ToolContext {
+    match id {
+        "" => ctx.clone(),
+        id => ctx.clone().with_tool_call_id(id),
+    }
+}
+
 /// The arguments as a JSON object: a string is parsed, a missing or `null` one is `{}`.
 fn parse_arguments(tool: &str, arguments: Option<&Value>) -> Result<Value, ToolError> {
     let value = match arguments {

@@ -19,7 +19,7 @@
 
 use serde_json::{json, Value};
 
-use super::{content, run, str_field, unanswered, Entry};
+use super::{content, run, str_field, unanswered, with_call_id, Entry};
 use crate::texts;
 use crate::{ToolContext, Toolbox};
 
@@ -107,11 +107,12 @@ pub async fn handle_tool_call(toolbox: &Toolbox, tool_call: &Value, ctx: &ToolCo
         Some(other) if other != "function" => Err(texts::wrong_item_type("function", other)),
         _ => {
             let function = tool_call.get("function").unwrap_or(&Value::Null);
+            let ctx = with_call_id(ctx, id);
             run(
                 toolbox,
                 str_field(function, "name"),
                 function.get("arguments"),
-                ctx,
+                &ctx,
             )
             .await
         }
@@ -132,7 +133,16 @@ pub async fn handle_function_call(toolbox: &Toolbox, item: &Value, ctx: &ToolCon
         Some(other) if other != "function_call" => {
             Err(texts::wrong_item_type("function_call", other))
         }
-        _ => run(toolbox, str_field(item, "name"), item.get("arguments"), ctx).await,
+        _ => {
+            let ctx = with_call_id(ctx, call_id);
+            run(
+                toolbox,
+                str_field(item, "name"),
+                item.get("arguments"),
+                &ctx,
+            )
+            .await
+        }
     };
     let (output, _) = content(&result);
     json!({"type": "function_call_output", "call_id": call_id, "output": output})

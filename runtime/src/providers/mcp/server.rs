@@ -328,6 +328,7 @@ impl ServerHandler for McpServer {
                     None => ctx,
                 };
                 let (ctx, _unanswered) = with_progress(ctx, &context);
+                let ctx = ctx.with_mcp_request_id(context.id.to_string());
                 match self.task_after.filter(|_| accepts_tasks) {
                     Some(after) => {
                         let arguments = request.arguments.map(Value::Object);
