@@ -70,7 +70,9 @@ impl Store for CountingStore {
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        self.write().reserve(key, tool, fingerprint, token, lease).await
+        self.write()
+            .reserve(key, tool, fingerprint, token, lease)
+            .await
     }
 
     async fn complete(
