@@ -406,6 +406,11 @@ impl Observed {
         &self.0.span
     }
 
+    /// The tool's name, shared: built once per tool when the toolbox is built.
+    pub(crate) fn tool_name(&self) -> Arc<str> {
+        self.0.tool.name.clone()
+    }
+
     /// Runs `work` as this call's: inside its span, with its store operations, renewals and
     /// what the executor reports counted for it.
     pub(crate) fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {

@@ -24,10 +24,12 @@ use crate::texts;
 use crate::tool::{Call, Invocation};
 use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
 
-/// Runs a keyed call to its end, inside its own task.
+/// Runs a keyed call to its end, inside its own task. `tool` is the tool's name as the toolbox
+/// shares it (its steps' records are labelled with it).
 pub(super) async fn run(
     exec: Arc<Executor>,
     def: Arc<ToolDefinition>,
+    tool: Arc<str>,
     call: Call,
     ctx: ToolContext,
     slot: Option<Arc<Slot>>,
@@ -49,7 +51,7 @@ pub(super) async fn run(
     let recorder = exec.recorder.clone();
     let what = What::Tool(&def.name);
     let scope = Arc::new(OnceScope::new(
-        Arc::from(def.name.as_str()),
+        tool,
         store.clone(),
         recorder.clone(),
         key.clone(),

@@ -98,7 +98,8 @@ pub(crate) struct Executor {
 }
 
 impl Executor {
-    /// An executor over `store` and `state`; `approver` decides `unkeyed` calls (none: every    /// such call is refused); `shutdown` waits up to `shutdown_grace` for unrecorded outcomes;
+    /// An executor over `store` and `state`; `approver` decides `unkeyed` calls (none: every
+    /// such call is refused); `shutdown` waits up to `shutdown_grace` for unrecorded outcomes;
     /// `telemetry` says what the calls' spans may show.
     pub(crate) fn new(
         store: Arc<dyn Store>,
@@ -125,6 +126,7 @@ impl Executor {
         let tenant = ctx.tenant().filter(|_| self.telemetry.tenant);
         Observed::start(tool, story, ctx.call_id(), tenant)
     }
+
     /// Bounds `tool` to `limit` bodies at once in this process.
     pub(crate) fn limit_concurrency(&mut self, tool: &str, limit: std::num::NonZeroUsize) {
         self.limits.limit_concurrency(tool, limit);
@@ -139,6 +141,7 @@ impl Executor {
     pub(crate) fn stats(&self) -> Stats {
         self.stats.snapshot()
     }
+
     /// One call of `tool`, whose definition (as the toolbox holds it, overrides applied) is
     /// `def` and whose spans and metrics `telemetry` names: its arguments validated and
     /// prepared, an `unkeyed` call approved, then [run](Self::run).
@@ -242,7 +245,7 @@ impl Executor {
             let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
             async move {
                 let answer = if def.story == Story::Idempotent {
-                    keyed::run(exec, def, call, ctx, slot).await
+                    keyed::run(exec, def, observed.tool_name(), call, ctx, slot).await
                 } else {
                     let answer = exec.run_unkeyed(&def, call, ctx, slot).await;
                     match tally {
@@ -347,6 +350,7 @@ impl Executor {
             Err(panic) => Err(panicked(What::Tool(&def.name), "body", panic)),
         }
     }
+
     /// A status companion's answer: what the store holds, in the caller's tenant, for the key
     /// `key` derives from `args`. `status` names the companion, `target` its tool, for the spans
     /// and logs.
