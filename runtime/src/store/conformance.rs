@@ -144,6 +144,10 @@ impl<S: Store> Suite<S> {
                 Box::pin(listing_shows_each_record_once_with_its_state(self.ctx())),
             ),
             (
+                "a_tenant_filter_admits_no_lookalike_tenant",
+                Box::pin(a_tenant_filter_admits_no_lookalike_tenant(self.ctx())),
+            ),
+            (
                 "resolve_applies_only_to_the_unknown_record_seen",
                 Box::pin(resolve_applies_only_to_the_unknown_record_seen(self.ctx())),
             ),
@@ -1070,4 +1074,38 @@ async fn failure_counters_never_touch_a_record(cx: Ctx) -> Result<(), String> {
     cx.store.purge_expired(1000).await.map_err(err)?;
     let read = cx.store.failures(&counted).await.map_err(err)?;
     ensure(read == 1, || format!("a purge changed a counter to {read}"))
+}
+
+/// Tenants that spell the filtered tenant followed by a separator or a pattern character, and a
+/// tenant that is a pattern itself: a listing by tenant sees only that tenant's records, however
+/// the store narrows its scan (a Redis `MATCH` pattern, a SQL condition).
+async fn a_tenant_filter_admits_no_lookalike_tenant(cx: Ctx) -> Result<(), String> {
+    let base = cx.tenant.clone();
+    let tenants = [
+        base.clone(),
+        format!("{base}:x"),
+        format!("{base}*"),
+        format!("{base}\\"),
+        format!("{base}?"),
+        format!("{base}x"),
+    ];
+    for tenant in &tenants {
+        let key = RecordKey::new(tenant.clone(), "conformance:lookalike");
+        cx.reserve(&key, &fp(1), cx.long()).await?;
+    }
+    for tenant in &tenants {
+        let filter = Filter {
+            tenant: Some(tenant.clone()),
+            ..Filter::default()
+        };
+        let listed: Vec<String> = list_all(&cx, &filter, 2)
+            .await?
+            .into_iter()
+            .map(|e| e.key.tenant)
+            .collect();
+        ensure(listed == [tenant.clone()], || {
+            format!("the tenant filter {tenant:?} listed the records of {listed:?}")
+        })?;
+    }
+    Ok(())
 }
