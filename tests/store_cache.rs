@@ -182,3 +182,77 @@ async fn the_cache_stays_within_its_byte_budget() {
         ));
     }
 }
+
+#[tokio::test]
+async fn an_outcome_whose_reply_was_lost_is_read_from_the_store_not_guessed() {
+    use toolkey::store::faults::{FaultyStore, Op, Plan};
+    let clock = Arc::new(ManualClock::new());
+    let inner = Arc::new(MemoryStore::with_clock(clock.clone()));
+    // The store applies the complete and the reply is lost on the way back.
+    let faulty = FaultyStore::new(
+        inner.clone(),
+        Plan::random(7).lose_reply(1.0).only([Op::Complete]),
+    );
+    let store = CachedStore::new(faulty, 1 << 20).with_clock(clock.clone());
+    let key = RecordKey::new("t", "invoice:lost");
+    let Reservation::Reserved(token) = store
+        .reserve(
+            &key,
+            "tool",
+            &fp(1),
+            &Token::generate(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh key was taken")
+    };
+    let lost = store
+        .complete(
+            &key,
+            &token,
+            &Outcome::Ok(json!("sent")),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(lost.is_err(), "{lost:?}");
+    assert_eq!(
+        store.len(),
+        0,
+        "an answer the store never gave is not cached"
+    );
+    // The next caller reads what the store holds, and only then is it cached.
+    let answer = store
+        .reserve(
+            &key,
+            "tool",
+            &fp(1),
+            &Token::generate(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        answer,
+        Reservation::Existing(Record::Completed { outcome: Outcome::Ok(v), .. }) if v == json!("sent")
+    ));
+    assert_eq!(store.len(), 1);
+    assert_eq!(
+        store.inner().calls(Op::Reserve),
+        2,
+        "the second reserve asked the store"
+    );
+    // From then on the cache answers.
+    store
+        .reserve(
+            &key,
+            "tool",
+            &fp(1),
+            &Token::generate(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.inner().calls(Op::Reserve), 2);
+}

@@ -237,8 +237,10 @@ impl<S: Store> Store for CachedStore<S> {
         // store's clock reads: an expiry counted from here, by this clock, is never later than
         // the store's.
         let before = self.clock.now();
-        let fingerprint = self.reserved.get(token);
-        self.reserved.remove(token);
+        let fingerprint = self
+            .reserved
+            .remove(token)
+            .map(|(_, fingerprint)| fingerprint);
         let completed = self.inner.complete(key, token, outcome, retain).await?;
         if let (true, Some(fingerprint)) = (completed, fingerprint) {
             let expires_at = before.checked_add(retain).unwrap_or(before);
