@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard};
-use toolkey::store::{Outcome, RecordKey, RedisStore, Reservation, Store, StoreError, Token};
+use toolkey::store::{
+    Cursor, Filter, Outcome, RecordKey, RedisStore, Reservation, Store, StoreError, Token,
+};
 use toolkey::Fingerprint;
 
 const VAR: &str = "TOOLKEY_REDIS_URL";
@@ -236,4 +238,87 @@ async fn killed_connections_are_replaced() {
 
     // The next call may still meet the dead connection; after that every call succeeds.
     servers::recovers(&store, 3, 1).await;
+}
+
+/// A listing on a server shared with many other keys: `SCAN` walks them all, but a page widens
+/// its steps instead of coming back empty step after step, so a listing in pages of one ends in
+/// a handful of pages, and lists each of the prefix's records once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_a_shared_server_ends_in_few_pages() {
+    let _turn = turn().await;
+    let Some(url) = server().await else { return };
+    let prefix = format!("toolkey-test-{}", Token::generate());
+    let store = RedisStore::builder(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = admin(&url).await;
+    let foreign = format!("toolkey-test-foreign-{}", Token::generate());
+    const FOREIGN: usize = 50_000;
+    for chunk in (0..FOREIGN).collect::<Vec<_>>().chunks(5_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("{foreign}:{i}"))
+                .arg(1)
+                .arg("EX")
+                .arg(600)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut admin).await.unwrap();
+    }
+
+    let lease = Duration::from_secs(60);
+    let tenant = "acme";
+    for name in ["a", "b", "c"] {
+        let reserved = store
+            .reserve(
+                &RecordKey::new(tenant, name),
+                "send_invoice",
+                &fp(),
+                &Token::generate(),
+                lease,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(reserved, Reservation::Reserved(_)));
+    }
+
+    for filter in [
+        Filter::default(),
+        Filter {
+            tenant: Some(tenant.into()),
+            ..Filter::default()
+        },
+    ] {
+        let mut listed = Vec::new();
+        let mut cursor: Option<Cursor> = None;
+        let mut pages = 0;
+        loop {
+            pages += 1;
+            assert!(pages <= 12, "a listing in pages of one took {pages} pages");
+            let page = store.list(&filter, cursor.as_ref(), 1).await.unwrap();
+            listed.extend(page.entries.into_iter().map(|e| e.key.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        listed.sort();
+        assert_eq!(listed, ["a", "b", "c"], "filter {filter:?}");
+    }
+
+    let mut doomed: Vec<String> = (0..FOREIGN).map(|i| format!("{foreign}:{i}")).collect();
+    doomed.push(format!("{prefix}.version"));
+    for name in ["a", "b", "c"] {
+        doomed.push(format!("{prefix}:{tenant}:{name}"));
+    }
+    for chunk in doomed.chunks(5_000) {
+        let () = redis::cmd("DEL")
+            .arg(chunk)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
 }

@@ -22,8 +22,12 @@ use crate::Fingerprint;
 /// judges a little early from vanishing before it is expired by `expires_at`.
 const TTL_MARGIN: Duration = Duration::from_secs(60);
 
-/// How many keys one `SCAN` step of [`Store::purge_expired`] asks for.
+/// How many slots one `SCAN` step of [`Store::purge_expired`] visits, and the most one step of
+/// [`Store::list`] widens to.
 const SCAN_COUNT: usize = 500;
+
+/// The most `SCAN` steps one page of [`Store::list`] takes looking for records.
+const SCAN_STEPS_PER_PAGE: usize = 64;
 
 /// The schema version this build writes, kept in the key `<prefix>.version`. Version 1 (no such
 /// key) kept no `tool` field; its records read as they are, with their tool unknown.
@@ -744,7 +748,7 @@ impl Store for RedisStore {
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(SCAN_COUNT.min(limit.max(1)))
+                .arg(SCAN_COUNT)
                 .query_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
@@ -770,8 +774,17 @@ impl Store for RedisStore {
         }
     }
 
-    /// Walks the prefix's keys (one tenant's, when the filter names it) with `SCAN`: a page is
-    /// one `SCAN` step of about `limit` keys, read with the server's clock in one script.
+    /// Walks the prefix's keys (one tenant's, when the filter names it) with `SCAN`, and reads
+    /// a page's records with the server's clock in one script.
+    ///
+    /// `SCAN` walks the whole keyspace, other prefixes' keys included, and its `COUNT` bounds
+    /// the slots one step visits, not the keys it returns: on a server shared with a million
+    /// other keys, steps of `limit` slots would mostly come back empty. So a page takes steps
+    /// until it holds `limit` keys, the walk ends, or it took [`SCAN_STEPS_PER_PAGE`] steps (the
+    /// page may then be empty, with a cursor to go on from); each step that fell short visits
+    /// four times as many slots as the one before, up to [`SCAN_COUNT`] (or `limit`, if more).
+    /// A page may hold a little more than `limit` records. A key the server moves while it
+    /// rehashes may appear on two pages, as `SCAN` documents; within a page it appears once.
     async fn list(
         &self,
         filter: &Filter,
@@ -793,16 +806,32 @@ impl Store for RedisStore {
                 })?,
                 None => 0,
             };
-            let (next, found): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(from)
-                .arg("MATCH")
-                .arg(self.pattern(filter.tenant.as_deref()))
-                .arg("COUNT")
-                .arg(limit.max(1))
-                .query_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            page.next = (next != 0).then(|| Cursor::new(next.to_string()));
+            let pattern = self.pattern(filter.tenant.as_deref());
+            let mut at = from;
+            let limit = limit.max(1);
+            let widest = limit.max(SCAN_COUNT);
+            let mut count = limit;
+            let mut found: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..SCAN_STEPS_PER_PAGE {
+                let (next, step): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(at)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+                found.extend(step);
+                at = next;
+                if at == 0 || found.len() >= limit {
+                    break;
+                }
+                count = count.saturating_mul(4).min(widest);
+            }
+            found.sort_unstable();
+            found.dedup();
+            page.next = (at != 0).then(|| Cursor::new(at.to_string()));
             keys = found;
         }
         if keys.is_empty() {
