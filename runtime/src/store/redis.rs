@@ -780,9 +780,9 @@ impl Store for RedisStore {
     /// `SCAN` walks the whole keyspace, other prefixes' keys included, and its `COUNT` bounds
     /// the slots one step visits, not the keys it returns: on a server shared with a million
     /// other keys, steps of `limit` slots would mostly come back empty. So a page takes steps
-    /// until it holds `limit` keys, the walk ends, or it took [`SCAN_STEPS_PER_PAGE`] steps (the
+    /// until it holds `limit` keys, the walk ends, or it took 64 steps (the
     /// page may then be empty, with a cursor to go on from); each step that fell short visits
-    /// four times as many slots as the one before, up to [`SCAN_COUNT`] (or `limit`, if more).
+    /// four times as many slots as the one before, up to 500 slots (or `limit`, if more).
     /// A page may hold a little more than `limit` records. A key the server moves while it
     /// rehashes may appear on two pages, as `SCAN` documents; within a page it appears once.
     async fn list(
