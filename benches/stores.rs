@@ -201,7 +201,7 @@ fn stores(c: &mut Criterion) {
     let retain_long = Duration::from_secs(600);
     rt.block_on(async {
         for store in [&pg as &dyn Store, &redis_store] {
-            let Reservation::Reserved(token) = store
+            let Reservation::Reserved { token, .. } = store
                 .reserve(
                     &done,
                     "tool",
@@ -225,7 +225,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved(token) = pg
+            let Reservation::Reserved { token, .. } = pg
                 .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
                 .await
                 .unwrap()
@@ -322,7 +322,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved(token) = redis_store
+            let Reservation::Reserved { token, .. } = redis_store
                 .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
                 .await
                 .unwrap()
@@ -403,7 +403,7 @@ fn stores(c: &mut Criterion) {
     raw.pragma_update(None, "journal_mode", "WAL").unwrap();
     raw.pragma_update(None, "synchronous", "FULL").unwrap();
     rt.block_on(async {
-        let Reservation::Reserved(token) = lite
+        let Reservation::Reserved { token, .. } = lite
             .reserve(&done, "tool", &fp, &Token::generate(), lease)
             .await
             .unwrap()
@@ -419,7 +419,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved(token) = lite
+            let Reservation::Reserved { token, .. } = lite
                 .reserve(&key, "tool", &fp, &Token::generate(), lease)
                 .await
                 .unwrap()

@@ -757,7 +757,7 @@ async fn crashed_worker(store: &MemoryStore, tool: &dyn Tool, order: &str) {
         )
         .await
         .unwrap();
-    assert!(matches!(reserved, Reservation::Reserved(_)));
+    assert!(matches!(reserved, Reservation::Reserved { .. }));
 }
 
 async fn after_a_crash(

@@ -24,7 +24,8 @@ use tokio::sync::Semaphore;
 use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
 use toolkey::store::{ManualClock, MemoryStore, Store};
 use toolkey::{
-    tool, ErrorCode, RetryLimit, State, ToolContext, ToolError, ToolOutput, Toolbox, ToolboxBuilder,
+    tool, ErrorCode, RetryLimit, State, Tool, ToolContext, ToolError, ToolOutput, Toolbox,
+    ToolboxBuilder,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -535,12 +536,14 @@ async fn an_unreachable_store_is_not_counted_and_a_lost_count_is_not_a_refusal()
     assert_eq!(store.injected().failed_before, 21);
 }
 
+/// A first run reads the key's count with its reservation: when the store cannot answer,
+/// nothing ran, and the key is free for the retry.
 #[tokio::test]
-async fn a_count_that_cannot_be_read_fails_closed_and_frees_the_key() {
+async fn a_reservation_that_cannot_be_read_fails_closed_and_frees_the_key() {
     let gateway = Gateway::down();
     let store = Arc::new(FaultyStore::new(
         MemoryStore::new(),
-        Plan::script([(Op::Failures, Fault::FailBefore)]),
+        Plan::script([(Op::Reserve, Fault::LoseReply)]),
     ));
     let toolbox = builder(&gateway)
         .shared_store(store.clone())
@@ -563,6 +566,94 @@ async fn a_count_that_cannot_be_read_fails_closed_and_frees_the_key() {
         .unwrap();
     assert!(!out.replayed);
     assert_eq!(gateway.attempts("charge:o-1"), 1);
+    assert_eq!(
+        store.calls(Op::Failures),
+        0,
+        "a first run reads no count apart"
+    );
+}
+
+/// Settle an order through the gateway; a worker that died mid-call is looked up first.
+#[tool(
+    idempotent(key = "settle:<order>", recover = find_settlement),
+    retry_limit = "5/10m",
+    lease = "30s"
+)]
+async fn settle(gateway: State<Gateway>, order: String) -> Result<String, ToolError> {
+    gateway.attempt(format!("settle:{order}"))?;
+    Ok(format!("st-{order}"))
+}
+
+/// Looks the settlement up: never found (the dead worker never reached the gateway).
+async fn find_settlement(
+    gateway: State<Gateway>,
+    order: String,
+) -> Result<Option<String>, ToolError> {
+    gateway.attempt(format!("lookup:{order}"))?;
+    Ok(None)
+}
+
+/// Before a stale reservation is taken over, the key's count is read apart: when the store
+/// cannot answer, the record is left as it was (nothing looked up, nothing run), and the retry
+/// takes it over, looks, and runs once.
+#[tokio::test]
+async fn a_count_that_cannot_be_read_before_a_take_over_leaves_the_record() {
+    let gateway = Gateway::down();
+    gateway.set_up(true);
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(FaultyStore::new(
+        MemoryStore::with_clock(clock.clone()),
+        Plan::script([(Op::Failures, Fault::FailBefore)]),
+    ));
+    let toolbox = builder(&gateway)
+        .tool(Settle)
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let ctx = ctx("shop");
+    let args = json!({"order": "o-7"});
+    // A worker reserved the key and died.
+    let rkey = toolbox.record_key("settle", args.clone(), &ctx).unwrap();
+    let call = Settle.prepare(args.clone(), &ctx).unwrap();
+    let dead = toolkey::store::Token::generate();
+    let reserved = store
+        .reserve(
+            &rkey,
+            "settle",
+            call.fingerprint().unwrap(),
+            &dead,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        reserved,
+        toolkey::store::Reservation::Reserved { .. }
+    ));
+    clock.advance(Duration::from_secs(31));
+
+    let err = toolbox
+        .call("settle", args.clone(), &ctx)
+        .await
+        .unwrap_err();
+    assert!(
+        err.is(ErrorCode::StoreUnavailable) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert_eq!(gateway.attempts("lookup:o-7"), 0);
+    assert_eq!(gateway.attempts("settle:o-7"), 0);
+    assert!(
+        matches!(store.get(&rkey).await.unwrap(), Some(toolkey::store::Record::Stale { token, .. }) if token == dead),
+        "the stale record stays under the dead worker's token"
+    );
+
+    let out = toolbox.call("settle", args.clone(), &ctx).await.unwrap();
+    assert_eq!(out.value, json!("st-o-7"));
+    assert!(!out.replayed);
+    let again = toolbox.call("settle", args, &ctx).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(gateway.attempts("lookup:o-7"), 1);
+    assert_eq!(gateway.attempts("settle:o-7"), 1);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ fn fp(n: u64) -> Fingerprint {
 
 /// Reserves and completes `key` through `store` with `outcome`, kept for `retain`.
 async fn finish(store: &impl Store, key: &RecordKey, outcome: Outcome, retain: Duration) {
-    let Reservation::Reserved(token) = store
+    let Reservation::Reserved { token, .. } = store
         .reserve(
             key,
             "tool",
@@ -104,7 +104,7 @@ async fn a_completed_record_is_answered_from_the_cache_until_its_expiry() {
         .await
         .unwrap();
     assert!(
-        matches!(again, Reservation::Reserved(_)),
+        matches!(again, Reservation::Reserved { .. }),
         "an expired record is a new action: {again:?}"
     );
 }
@@ -114,7 +114,7 @@ async fn records_in_progress_or_unknown_are_never_cached() {
     let clock = Arc::new(ManualClock::new());
     let store = cached(&clock, 1 << 20);
     let key = RecordKey::new("t", "refund:o-1");
-    let Reservation::Reserved(token) = store
+    let Reservation::Reserved { token, .. } = store
         .reserve(
             &key,
             "tool",
@@ -195,7 +195,7 @@ async fn an_outcome_whose_reply_was_lost_is_read_from_the_store_not_guessed() {
     );
     let store = CachedStore::new(faulty, 1 << 20).with_clock(clock.clone());
     let key = RecordKey::new("t", "invoice:lost");
-    let Reservation::Reserved(token) = store
+    let Reservation::Reserved { token, .. } = store
         .reserve(
             &key,
             "tool",

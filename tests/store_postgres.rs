@@ -80,7 +80,7 @@ async fn own_schema_and_table_are_migrated_once() {
     let (a, _b) = (a.unwrap(), b.unwrap());
     build().connect().await.unwrap();
     let k = key("own-table");
-    let Reservation::Reserved(token) = a
+    let Reservation::Reserved { token, .. } = a
         .reserve(
             &k,
             "tool",
@@ -247,7 +247,7 @@ async fn racing_reserves_of_an_expired_record_give_one_token() {
     );
     for round in 0..5 {
         let k = key(&format!("expired-{round}"));
-        let Reservation::Reserved(token) = store
+        let Reservation::Reserved { token, .. } = store
             .reserve(
                 &k,
                 "tool",
@@ -285,7 +285,7 @@ async fn racing_reserves_of_an_expired_record_give_one_token() {
         let mut reserved = 0;
         for racer in racers {
             match racer.await.unwrap().unwrap() {
-                Reservation::Reserved(_) => reserved += 1,
+                Reservation::Reserved { .. } => reserved += 1,
                 Reservation::Existing(Record::InProgress { .. }) => {}
                 other => panic!("round {round}: a racer saw {other:?}"),
             }

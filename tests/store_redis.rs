@@ -94,7 +94,7 @@ async fn keys_escape_and_expire() {
     let a = RecordKey::new("acme:x", "k");
     let b = RecordKey::new("acme", "x:k");
     let lease = Duration::from_secs(60);
-    let Reservation::Reserved(token) = store
+    let Reservation::Reserved { token, .. } = store
         .reserve(&a, "tool", &fp(), &toolkey::store::Token::generate(), lease)
         .await
         .unwrap()
@@ -106,7 +106,7 @@ async fn keys_escape_and_expire() {
             .reserve(&b, "tool", &fp(), &toolkey::store::Token::generate(), lease)
             .await
             .unwrap(),
-        Reservation::Reserved(_)
+        Reservation::Reserved { .. }
     ));
     let a_key = format!("{prefix}:acme\\:x:k");
     let ttl: i64 = redis::cmd("PTTL")
@@ -282,7 +282,7 @@ async fn listing_a_shared_server_ends_in_few_pages() {
             )
             .await
             .unwrap();
-        assert!(matches!(reserved, Reservation::Reserved(_)));
+        assert!(matches!(reserved, Reservation::Reserved { .. }));
     }
 
     for filter in [

@@ -131,7 +131,9 @@ async fn child_process_entry() {
             )
             .await
         {
-            Ok(Reservation::Reserved(token)) => writeln!(out, "reserved {key} {token}").unwrap(),
+            Ok(Reservation::Reserved { token, .. }) => {
+                writeln!(out, "reserved {key} {token}").unwrap()
+            }
             Ok(Reservation::Existing(Record::InProgress { .. })) => {
                 writeln!(out, "existing {key}").unwrap()
             }
@@ -175,7 +177,7 @@ async fn a_renewal_behind_another_writer_is_measured_from_after_the_wait() {
     let store = Arc::new(SqliteStore::open(&db).unwrap());
     let key = RecordKey::new("contended", "renew");
     let fp = Fingerprint::of(&json!({"n": 1})).unwrap();
-    let Reservation::Reserved(token) = store
+    let Reservation::Reserved { token, .. } = store
         .reserve(
             &key,
             "tool",

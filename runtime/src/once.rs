@@ -139,7 +139,7 @@ impl OnceScope {
                 }
             };
             let record = match reservation {
-                Reservation::Reserved(token) => break token,
+                Reservation::Reserved { token, .. } => break token,
                 Reservation::Existing(record) => record,
             };
             if record.fingerprint() != &self.fingerprint {

@@ -149,7 +149,10 @@ where
     let before = store
         .reserve(&held, "tool", &fp, &Token::generate(), lease)
         .await;
-    assert!(matches!(before, Ok(Reservation::Reserved(_))), "{before:?}");
+    assert!(
+        matches!(before, Ok(Reservation::Reserved { .. })),
+        "{before:?}"
+    );
 
     proxy.stop().await;
     for i in 0..3 {
@@ -199,7 +202,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
             )
             .await
         {
-            Ok(Reservation::Reserved(_)) => {}
+            Ok(Reservation::Reserved { .. }) => {}
             Err(StoreError::Unavailable(_)) => failures += 1,
             other => panic!("call {i} after the kill: {other:?}"),
         }
@@ -219,7 +222,7 @@ pub async fn recovers(store: &dyn toolkey::store::Store, probes: usize, max_fail
             )
             .await;
         assert!(
-            matches!(answer, Ok(Reservation::Reserved(_))),
+            matches!(answer, Ok(Reservation::Reserved { .. })),
             "call {i} after recovery: {answer:?}"
         );
     }

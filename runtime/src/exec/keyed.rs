@@ -6,7 +6,7 @@
 //! whose work still runs.
 //!
 //! The retry limit is kept while the call holds the key, so no other process runs the call in
-//! between: its failures are read before the tool's code runs (after the reserve, or before a
+//! between: its failures are read before the tool's code runs (with the reserve, or before a
 //! stale reservation is taken over), and a failure is counted before the key is released.
 
 use std::sync::Arc;
@@ -82,8 +82,11 @@ pub(super) async fn run(
             }
         };
         let record = match reservation {
-            Reservation::Reserved(token) => {
+            Reservation::Reserved { token, failures } => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
+                if limit.is_some() {
+                    prior = Some(failures);
+                }
                 break (token, None);
             }
             Reservation::Existing(record) => record,
@@ -221,24 +224,15 @@ pub(super) async fn run(
         what,
     };
     // A call that failed as often as its limit allows does not run: the key is freed, and the
-    // window's end lets the call run again.
-    let read_failures = || observe::store(StoreOp::Failures, store.failures(&rkey));
-    let prior = match (limit, prior) {
-        (Some(limit), None) => match read_failures().await {
-            Ok(failures) if failures >= limit.failures => {
-                exec.stats.retry_limited.inc();
-                tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
-                holder.write(Write::Release, renewal).await;
-                return Err(limit.reached(&def.name, failures, None));
-            }
-            Ok(failures) => failures,
-            Err(e) => {
-                holder.write(Write::Release, renewal).await;
-                return Err(e.refusal());
-            }
-        },
-        (_, prior) => prior.unwrap_or(0),
-    };
+    // window's end lets the call run again. The count came with the reservation (or was read
+    // before a take-over), so this costs no round trip.
+    let prior = prior.unwrap_or(0);
+    if let Some(limit) = limit.filter(|limit| prior >= limit.failures) {
+        exec.stats.retry_limited.inc();
+        tracing::warn!(tool = %def.name, key = %log_key, failures = prior, "retry limit reached: the call was refused without running");
+        holder.write(Write::Release, renewal).await;
+        return Err(limit.reached(&def.name, prior, None));
+    }
     // Under a concurrency limit, wait for a slot with the lease renewed; none in time: BUSY, the
     // key is freed, and the body never runs.
     let permit = match &slot {

@@ -221,7 +221,9 @@ impl<S: Store> Store for CachedStore<S> {
             .await?;
         match &reservation {
             Reservation::Existing(record) => self.remember(key, record),
-            Reservation::Reserved(token) => self.reserved.insert(token.clone(), *fingerprint),
+            Reservation::Reserved { token, .. } => {
+                self.reserved.insert(token.clone(), *fingerprint)
+            }
         }
         Ok(reservation)
     }

@@ -176,6 +176,10 @@ impl<S: Store> Suite<S> {
                 "failure_counters_never_touch_a_record",
                 Box::pin(failure_counters_never_touch_a_record(self.ctx())),
             ),
+            (
+                "a_reservation_carries_the_keys_failures",
+                Box::pin(a_reservation_carries_the_keys_failures(self.ctx())),
+            ),
         ];
         let mut failed = Vec::new();
         let total = checks.len();
@@ -246,8 +250,8 @@ impl Ctx {
             .await
             .map_err(err)?
         {
-            Reservation::Reserved(held) if held == token => Ok(token),
-            Reservation::Reserved(held) => Err(format!(
+            Reservation::Reserved { token: held, .. } if held == token => Ok(token),
+            Reservation::Reserved { token: held, .. } => Err(format!(
                 "reserve answered token {held:?}, not the caller's {token:?}"
             )),
             other => Err(format!("expected Reserved for {key:?}, got {other:?}")),
@@ -308,7 +312,7 @@ async fn concurrent_reserve_gives_one_token(cx: Ctx) -> Result<(), String> {
     let mut reserved = 0;
     for task in tasks {
         match task.await.map_err(|e| e.to_string())?.map_err(err)? {
-            Reservation::Reserved(_) => reserved += 1,
+            Reservation::Reserved { .. } => reserved += 1,
             Reservation::Existing(Record::InProgress { .. }) => {}
             other => return Err(format!("unexpected answer in race: {other:?}")),
         }
@@ -864,7 +868,7 @@ async fn resolve_applies_only_to_the_unknown_record_seen(cx: Ctx) -> Result<(), 
         .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
         .await
         .map_err(err)?;
-    ensure(matches!(again, Reservation::Reserved(_)), || {
+    ensure(matches!(again, Reservation::Reserved { .. }), || {
         format!("a record resolved as not done still holds the key: {again:?}")
     })?;
     // Taken over since it was seen: the old revision is refused.
@@ -1074,6 +1078,60 @@ async fn failure_counters_never_touch_a_record(cx: Ctx) -> Result<(), String> {
     cx.store.purge_expired(1000).await.map_err(err)?;
     let read = cx.store.failures(&counted).await.map_err(err)?;
     ensure(read == 1, || format!("a purge changed a counter to {read}"))
+}
+
+/// A reservation answers the key's failure count as `failures` reads it: the count of its own
+/// key and tenant, 0 once the window ended or was cleared.
+async fn a_reservation_carries_the_keys_failures(cx: Ctx) -> Result<(), String> {
+    let reserved = async |key: &RecordKey| -> Result<u64, String> {
+        let token = Token::generate();
+        match cx
+            .store
+            .reserve(key, "tool", &fp(1), &token, cx.long())
+            .await
+            .map_err(err)?
+        {
+            Reservation::Reserved { failures, .. } => Ok(failures),
+            other => Err(format!("expected Reserved for {key:?}, got {other:?}")),
+        }
+    };
+    let key = cx.key("failures-reserve");
+    for _ in 0..3 {
+        cx.store.count_failure(&key, cx.long()).await.map_err(err)?;
+    }
+    let other_tenant = RecordKey::new(format!("{}-other", cx.tenant), key.key.clone());
+    cx.store
+        .count_failure(&other_tenant, cx.long())
+        .await
+        .map_err(err)?;
+    let got = reserved(&key).await?;
+    ensure(got == 3, || {
+        format!("a reservation after 3 failures carried {got}")
+    })?;
+    let fresh = reserved(&cx.key("failures-reserve-none")).await?;
+    ensure(fresh == 0, || {
+        format!("a reservation of a key never failed carried {fresh}")
+    })?;
+    let cleared = cx.key("failures-reserve-cleared");
+    cx.store
+        .count_failure(&cleared, cx.long())
+        .await
+        .map_err(err)?;
+    cx.store.clear_failures(&cleared).await.map_err(err)?;
+    let got = reserved(&cleared).await?;
+    ensure(got == 0, || {
+        format!("a reservation after the count was cleared carried {got}")
+    })?;
+    let ended = cx.key("failures-reserve-ended");
+    cx.store
+        .count_failure(&ended, cx.lease)
+        .await
+        .map_err(err)?;
+    cx.lapse().await;
+    let got = reserved(&ended).await?;
+    ensure(got == 0, || {
+        format!("a reservation after the window ended carried {got}")
+    })
 }
 
 /// Tenants that spell the filtered tenant followed by a separator or a pattern character, and a

@@ -516,7 +516,7 @@ mod tests {
             MemoryStore::new(),
             Plan::script([(Op::Release, Fault::FailBefore)]),
         );
-        let Reservation::Reserved(token) = store
+        let Reservation::Reserved { token, .. } = store
             .reserve(
                 &key(),
                 "tool",

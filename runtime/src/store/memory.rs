@@ -131,6 +131,18 @@ impl MemoryStore {
         f(&mut records, now)
     }
 
+    /// The failures counted for `key` in a window still open at `now` (ms).
+    fn failures_at(&self, key: &RecordKey, now: i64) -> u64 {
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failures.counts.is_empty() {
+            return 0;
+        }
+        match failures.counts.get(key) {
+            Some((count, until)) if *until > now => *count,
+            _ => 0,
+        }
+    }
+
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
     /// careless migration might. For the conformance suite's corruption check.
     #[cfg(feature = "testing")]
@@ -181,7 +193,10 @@ impl Store for MemoryStore {
                     expires_at_ms: None,
                 },
             );
-            Ok(Reservation::Reserved(token))
+            Ok(Reservation::Reserved {
+                token,
+                failures: self.failures_at(key, now),
+            })
         })
     }
 
@@ -361,12 +376,7 @@ impl Store for MemoryStore {
     }
 
     async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
-        let now = self.now_ms();
-        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(match failures.counts.get(key) {
-            Some((count, until)) if *until > now => *count,
-            _ => 0,
-        })
+        Ok(self.failures_at(key, self.now_ms()))
     }
 
     async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {

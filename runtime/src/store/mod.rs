@@ -177,7 +177,14 @@ impl Record {
 pub enum Reservation {
     /// The key was free (or its record had expired): the caller holds it, under the token it
     /// passed, and must run the work.
-    Reserved(Token),
+    Reserved {
+        /// The token the caller passed, under which it now holds the key.
+        token: Token,
+        /// The failures counted for this key in a retry limit's window that has not ended (as
+        /// [`Store::failures`] answers), read in the same step as the reservation: a call under
+        /// a retry limit learns whether it may run without another round trip.
+        failures: u64,
+    },
     /// The key was taken; this is its record.
     Existing(Record),
 }
@@ -269,7 +276,8 @@ impl StoreError {
 ///   one. `count_failure` is atomic: of any number of concurrent counts for one key, each gets
 ///   its own number. A counter's window starts at its first failure, is judged by the store's
 ///   clock, and ends by itself: a store removes ended counters without being asked (a TTL, or a
-///   sweep when it counts), and reads an ended one as zero.
+///   sweep when it counts), and reads an ended one as zero. `reserve` reads the key's counter
+///   in the same step as it reserves, so a first run costs no extra round trip for it.
 ///
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
 #[async_trait]
@@ -281,7 +289,8 @@ pub trait Store: Send + Sync + 'static {
     /// The caller draws the token ([`Token::generate`]) before it asks, so that when the reply is
     /// lost it still knows the token a reservation may have been written under, and can release
     /// it: "nothing was done" stays true and the key stays usable. `tool` (the tool's name, or
-    /// `tool/step` for a step) is kept for operators' listings only.
+    /// `tool/step` for a step) is kept for operators' listings only. A reservation carries the
+    /// key's failure count (see [`Reservation::Reserved`]).
     async fn reserve(
         &self,
         key: &RecordKey,

@@ -329,22 +329,32 @@ impl PostgresStore {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Option<tokio_postgres::Row>, StoreError> {
-        let table = &self.sql.failures_table;
         self.run(async |client: &mut ClientWrapper| {
-            let missing = |e: tokio_postgres::Error| {
-                if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
-                    Failure::Refused(format!(
-                        "postgres: table {table} is missing: run PostgresStore::migrate (it holds \
-                         the failure counters of retry limits)"
-                    ))
-                } else {
-                    Failure::Db(e)
-                }
-            };
-            let statement = client.prepare_cached(sql).await.map_err(missing)?;
-            client.query_opt(&statement, params).await.map_err(missing)
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| self.failures_missing(e))?;
+            client
+                .query_opt(&statement, params)
+                .await
+                .map_err(|e| self.failures_missing(e))
         })
         .await
+    }
+
+    /// A statement's error, where a missing failure counters' table (a database migrated
+    /// before retry limits, by a deployment that runs migrations itself) is a configuration
+    /// error that names the fix, not an outage.
+    fn failures_missing(&self, e: tokio_postgres::Error) -> Failure {
+        if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+            Failure::Refused(format!(
+                "postgres: table {} is missing: run PostgresStore::migrate (it holds the failure \
+                 counters of retry limits)",
+                self.sql.failures_table
+            ))
+        } else {
+            Failure::Db(e)
+        }
     }
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
@@ -645,7 +655,7 @@ impl Sql {
                 "SELECT failures FROM {f} WHERE tenant = $1 AND key = $2 AND ends_at > {NOW}"
             ),
             clear_failures: format!("DELETE FROM {f} WHERE tenant = $1 AND key = $2"),
-            failures_table: f,
+            failures_table: f.clone(),
             versions: qualify("toolkey_schema_version"),
             create: format!(
                 "CREATE TABLE {t} (
@@ -665,7 +675,8 @@ impl Sql {
                  CREATE INDEX {index} ON {t} (expires_at) WHERE state = '{COMPLETED}';"
             ),
             // One round trip whatever the answer: the takeover of an expired record or the
-            // insert of a new one, else the record in the way, read in the same statement. A
+            // insert of a new one (with the key's failure count, for retry limits), else the
+            // record in the way, read in the same statement. A
             // live record is neither locked nor written (no transaction id, no WAL flush): a
             // replay costs a read. The read sees the statement's snapshot, so a record committed
             // by another call after it began is not there: no row, and the caller reads again.
@@ -687,10 +698,11 @@ impl Sql {
                      SELECT 1 FROM expired UNION ALL SELECT 1 FROM inserted
                  )
                  SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
-                        NULL::text, NULL::int8, NULL::int8, NULL::int8, NULL::text
+                        NULL::text, NULL::int8, NULL::int8, NULL::int8, NULL::text,
+                        (SELECT failures FROM {f} WHERE tenant = $1 AND key = $2 AND ends_at > {NOW})
                  FROM reserved
                  UNION ALL
-                 SELECT false, {columns}
+                 SELECT false, {columns}, NULL::int8
                  FROM {t} WHERE tenant = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM reserved)"
             ),
             read: format!("SELECT {columns} FROM {t} WHERE tenant = $1 AND key = $2"),
@@ -766,14 +778,14 @@ impl Store for PostgresStore {
                     let statement = client
                         .prepare_cached(&self.sql.reserve)
                         .await
-                        .map_err(Failure::Db)?;
+                        .map_err(|e| self.failures_missing(e))?;
                     client
                         .query_opt(
                             &statement,
                             &[&key.tenant, &key.key, &token.as_str(), &fp, &lease, &tool],
                         )
                         .await
-                        .map_err(Failure::Db)
+                        .map_err(|e| self.failures_missing(e))
                 })
                 .await?;
             let found = match row {
@@ -782,7 +794,13 @@ impl Store for PostgresStore {
                         .try_get(0)
                         .map_err(|e| StoreError::corrupt(key, format!("unreadable column: {e}")))?;
                     if reserved {
-                        return Ok(Reservation::Reserved(token.clone()));
+                        let failures: Option<i64> = row.try_get(11).map_err(|e| {
+                            StoreError::corrupt(key, format!("unreadable column: {e}"))
+                        })?;
+                        return Ok(Reservation::Reserved {
+                            token: token.clone(),
+                            failures: failures.unwrap_or(0).max(0) as u64,
+                        });
                     }
                     Some(stored_at(&row, 1, key)?)
                 }

@@ -187,7 +187,17 @@ impl RedisStore {
         key: &RecordKey,
         args: &[&str],
     ) -> Result<Read, StoreError> {
-        let mut invocation = script.key(self.redis_key(key));
+        self.read_from(script.key(self.redis_key(key)), key, args)
+            .await
+    }
+
+    /// Runs a reading script prepared with its keys.
+    async fn read_from(
+        &self,
+        mut invocation: redis::ScriptInvocation<'_>,
+        key: &RecordKey,
+        args: &[&str],
+    ) -> Result<Read, StoreError> {
         for arg in args {
             invocation.arg(*arg);
         }
@@ -380,11 +390,12 @@ fn unavailable(e: RedisError) -> StoreError {
 /// What a reading script found.
 enum Read {
     Absent,
-    Reserved,
+    /// Reserved, with the key's failure count.
+    Reserved(u64),
     Found(StoredRecord, i64),
 }
 
-/// Reads a script's reply: `["reserved"]`, `["absent"]`, `["corrupt", why]` or
+/// Reads a script's reply: `["reserved", failures]`, `["absent"]`, `["corrupt", why]` or
 /// `["record", now, state, token, fp, since, lease_until, outcome, completed_at, expires_at,
 /// tool]`.
 fn parse_read(key: &RecordKey, reply: Vec<Option<Vec<u8>>>) -> Result<Read, StoreError> {
@@ -401,7 +412,13 @@ fn parse_read(key: &RecordKey, reply: Vec<Option<Vec<u8>>>) -> Result<Read, Stor
     let tag = next()?.unwrap_or_default();
     match tag.as_str() {
         "absent" => return Ok(Read::Absent),
-        "reserved" => return Ok(Read::Reserved),
+        "reserved" => {
+            let failures = next()?.unwrap_or_default();
+            return failures
+                .parse::<i64>()
+                .map(|n| Read::Reserved(n.max(0) as u64))
+                .map_err(|_| corrupt(&format!("the failure count is not a number: {failures:?}")));
+        }
         "corrupt" => return Err(corrupt(&next()?.unwrap_or_default())),
         "record" => {}
         other => {
@@ -491,7 +508,7 @@ end
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let script = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
     Scripts {
-        // KEYS[1] record; ARGV token, fingerprint, lease ms, tool.
+        // KEYS[1] record, KEYS[2] its failure counter; ARGV token, fingerprint, lease ms, tool.
         reserve: script(
             r#"
 local r = load(KEYS[1])
@@ -503,7 +520,7 @@ if r then
 end
 redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[1], 'fp', ARGV[2],
   'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])), 'tool', ARGV[4])
-return {'reserved'}
+return {'reserved', redis.call('GET', KEYS[2]) or '0'}
 "#,
         ),
         // KEYS[1] record.
@@ -654,11 +671,16 @@ impl Store for RedisStore {
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         let (fp, lease) = (fingerprint.to_hex(), span_ms(lease).to_string());
+        let mut invocation = SCRIPTS.reserve.key(self.redis_key(key));
+        invocation.key(self.failures_key(key));
         match self
-            .read(&SCRIPTS.reserve, key, &[token.as_str(), &fp, &lease, tool])
+            .read_from(invocation, key, &[token.as_str(), &fp, &lease, tool])
             .await?
         {
-            Read::Reserved => Ok(Reservation::Reserved(token.clone())),
+            Read::Reserved(failures) => Ok(Reservation::Reserved {
+                token: token.clone(),
+                failures,
+            }),
             Read::Found(stored, now) => stored.to_record(key, now).map(Reservation::Existing),
             Read::Absent => Err(StoreError::Unavailable(
                 "redis: reserve answered absent".into(),

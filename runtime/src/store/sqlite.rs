@@ -306,6 +306,23 @@ fn unavailable(e: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(format!("sqlite: {e}"))
 }
 
+/// The failures counted for `key` in a window still open at `now` (ms).
+fn failures_at(conn: &Connection, key: &RecordKey, now: i64) -> Result<u64, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT failures FROM toolkey_failures
+             WHERE tenant = ?1 AND key = ?2 AND ends_at_ms > ?3",
+        )
+        .map_err(unavailable)?;
+    let mut rows = stmt
+        .query(params![key.tenant, key.key, now])
+        .map_err(unavailable)?;
+    match rows.next().map_err(unavailable)? {
+        Some(row) => Ok(row.get::<_, i64>(0).map_err(unavailable)?.max(0) as u64),
+        None => Ok(0),
+    }
+}
+
 /// Reads the record of `key`, if there is one.
 fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, StoreError> {
     let mut stmt = conn
@@ -423,7 +440,8 @@ impl Store for SqliteStore {
                     ],
                 )?;
                 if inserted {
-                    return Ok(Reservation::Reserved(token));
+                    let failures = failures_at(tx, &key, now)?;
+                    return Ok(Reservation::Reserved { token, failures });
                 }
                 let stored = read_row(tx, &key)?.ok_or_else(|| {
                     StoreError::Unavailable("sqlite: a conflicting row vanished".into())
@@ -690,22 +708,8 @@ impl Store for SqliteStore {
 
     async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
         let key = key.clone();
-        self.read(move |conn, now| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT failures FROM toolkey_failures
-                     WHERE tenant = ?1 AND key = ?2 AND ends_at_ms > ?3",
-                )
-                .map_err(unavailable)?;
-            let mut rows = stmt
-                .query(params![key.tenant, key.key, now])
-                .map_err(unavailable)?;
-            match rows.next().map_err(unavailable)? {
-                Some(row) => Ok(row.get::<_, i64>(0).map_err(unavailable)?.max(0) as u64),
-                None => Ok(0),
-            }
-        })
-        .await
+        self.read(move |conn, now| failures_at(conn, &key, now))
+            .await
     }
 
     async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {

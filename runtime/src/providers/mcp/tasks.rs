@@ -197,7 +197,7 @@ async fn announce(
             .reserve(&key, &label, &fingerprint, &token, TASK_RECORD_LEASE)
             .await?
         {
-            Reservation::Reserved(token) => {
+            Reservation::Reserved { token, .. } => {
                 store
                     .complete(&key, &token, &Outcome::Ok(content), followed.retain)
                     .await
