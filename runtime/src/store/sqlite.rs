@@ -1,6 +1,7 @@
 //! The embedded store: one SQLite file, shared safely by every process on the machine.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -88,7 +89,9 @@ const FAILURE_SWEEP: i64 = 64;
 /// SQLite's write lock (`BEGIN IMMEDIATE`), and every fenced write is one conditional statement,
 /// so no in-process lock is trusted to exclude another process. A statement waits up to 5 s for
 /// another process's lock before the store answers [`StoreError::Unavailable`]. Commits are
-/// durable (`synchronous = FULL`): a reservation that was answered survives a power cut. Keep
+/// durable (`synchronous = FULL`): a reservation that was answered survives a power cut, and
+/// concurrent writes share a commit (each is answered once the commit is flushed), so many
+/// callers pay for one `fsync` between them. Keep
 /// the file on a local disk: SQLite's WAL mode does not work over network file systems.
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
@@ -106,6 +109,7 @@ const FAILURE_SWEEP: i64 = 64;
 /// ```
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    writes: Arc<Writes>,
     clock: Arc<dyn Clock>,
 }
 
@@ -178,6 +182,7 @@ impl SqliteStore {
         migrate(&mut conn)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            writes: Arc::new(Writes::default()),
             clock: Arc::new(SystemClock),
         })
     }
@@ -185,16 +190,20 @@ impl SqliteStore {
     /// Runs `f` on tokio's blocking pool, in a transaction that holds the database's write lock
     /// (`BEGIN IMMEDIATE`), with the clock read once the lock is held: a lease or a retention
     /// is measured from when the write applies, not from before a wait for another process's
-    /// lock (or this store's own connection).
+    /// lock (or this store's own connection). Concurrent writes share a commit (see
+    /// [`Writes`]); each is answered once its commit is durable.
     async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     {
-        let (conn, clock) = (self.conn.clone(), self.clock.clone());
-        tokio::task::spawn_blocking(move || in_write(&mut lock(&conn), &*clock, f))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+        let (job, answer) = Job::queued(f);
+        if self.writes.submit(job) {
+            let (conn, writes, clock) =
+                (self.conn.clone(), self.writes.clone(), self.clock.clone());
+            tokio::task::spawn_blocking(move || writes.combine(&conn, &*clock));
+        }
+        answer.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
     /// Runs `f` on tokio's blocking pool with the connection and the clock read once the
@@ -227,20 +236,196 @@ impl SqliteStore {
     }
 }
 
-/// Runs `f` in a transaction that holds the database's write lock (`BEGIN IMMEDIATE`), with the
-/// clock read once the lock is held.
-fn in_write<T>(
+/// The writes waiting for a commit, and whether a writer is running them.
+///
+/// Group commit: a write joins the queue, and the first write to find no writer running
+/// starts one on the blocking pool. The writer takes every write queued, runs them in one
+/// transaction (`BEGIN IMMEDIATE`), each under a savepoint so that one that fails is rolled
+/// back alone, commits once, and only then answers each: no write is answered before its commit
+/// is durable, and writes that arrive while a commit is being flushed share the next one. With
+/// one caller at a time this is one write per commit, as before; with many, the cost of a
+/// commit (the `fsync` of `synchronous = FULL`) is shared by every write in it.
+#[derive(Default)]
+struct Writes {
+    queue: Mutex<Vec<Box<dyn Pending>>>,
+    running: AtomicBool,
+    /// Transactions committed, for tests of the sharing.
+    commits: AtomicU64,
+}
+
+/// The most writes one commit carries: a bound on how long the write lock is held at once.
+const MAX_BATCH: usize = 256;
+
+impl Writes {
+    /// Queues `job`; true when the caller must start a writer (none is running).
+    fn submit(&self, job: Box<dyn Pending>) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job);
+        !self.running.swap(true, Ordering::AcqRel)
+    }
+
+    /// Runs queued writes in batches until the queue is empty.
+    fn combine(&self, conn: &Mutex<Connection>, clock: &dyn Clock) {
+        loop {
+            let batch: Vec<Box<dyn Pending>> = {
+                let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                let n = queue.len().min(MAX_BATCH);
+                queue.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                self.running.store(false, Ordering::Release);
+                // A write queued after the queue was found empty, before `running` was cleared,
+                // found a writer running and started none: take it on, unless a writer started
+                // since.
+                let queued = !self
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty();
+                if queued && !self.running.swap(true, Ordering::AcqRel) {
+                    continue;
+                }
+                return;
+            }
+            if commit_batch(&mut lock(conn), clock, batch) {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Runs `batch` in one transaction and answers each write once the commit's fate is known;
+/// true when it committed.
+fn commit_batch(
     conn: &mut Connection,
     clock: &dyn Clock,
-    f: impl FnOnce(&Connection, i64) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(unavailable)?;
-    let now = to_millis(clock.now());
-    let answer = f(&tx, now)?;
-    tx.commit().map_err(unavailable)?;
-    Ok(answer)
+    mut batch: Vec<Box<dyn Pending>>,
+) -> bool {
+    let fail_all = |batch: Vec<Box<dyn Pending>>, why: String| {
+        for job in batch {
+            job.answer(Err(why.clone()));
+        }
+        false
+    };
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        return fail_all(batch, format!("sqlite: {e}"));
+    }
+    // One write alone needs no savepoint: when it fails, the transaction is rolled back.
+    let alone = batch.len() == 1;
+    let mut applied = 0;
+    for job in &mut batch {
+        let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([]));
+        if !alone {
+            if let Err(e) = step("SAVEPOINT toolkey_write") {
+                let _ = conn.execute_batch("ROLLBACK");
+                return fail_all(batch, format!("sqlite: {e}"));
+            }
+        }
+        let now = to_millis(clock.now());
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.apply(conn, now)))
+            .unwrap_or(false);
+        let settled = match (alone, ok) {
+            (true, _) => Ok(0),
+            (false, true) => step("RELEASE toolkey_write"),
+            (false, false) => {
+                step("ROLLBACK TO toolkey_write").and_then(|_| step("RELEASE toolkey_write"))
+            }
+        };
+        if let Err(e) = settled {
+            let _ = conn.execute_batch("ROLLBACK");
+            return fail_all(batch, format!("sqlite: {e}"));
+        }
+        applied += usize::from(ok);
+    }
+    let committed = if applied == 0 {
+        conn.execute_batch("ROLLBACK")
+    } else {
+        conn.execute_batch("COMMIT")
+    };
+    let committed = committed.map_err(|e| {
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        format!("sqlite: {e}")
+    });
+    let kept = applied > 0 && committed.is_ok();
+    for job in batch {
+        job.answer(committed.clone());
+    }
+    kept
+}
+
+/// A write waiting in [`Writes`]' queue.
+trait Pending: Send {
+    /// Applies the write in the batch's transaction at `now` (ms); false when it failed (its
+    /// changes are then rolled back).
+    fn apply(&mut self, conn: &Connection, now: i64) -> bool;
+    /// Answers the caller: its write's own answer if the batch committed (or if the write had
+    /// failed), the commit's error otherwise.
+    fn answer(self: Box<Self>, committed: Result<(), String>);
+}
+
+/// One caller's write: its closure, then its answer until the commit.
+struct Job<T, F> {
+    f: Option<F>,
+    answer: Option<Result<T, StoreError>>,
+    reply: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Job<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+{
+    /// The write `f`, to queue, and where its answer will arrive.
+    fn queued(
+        f: F,
+    ) -> (
+        Box<dyn Pending>,
+        tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
+    ) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            f: Some(f),
+            answer: None,
+            reply,
+        };
+        (Box::new(job), answer)
+    }
+}
+
+impl<T, F> Pending for Job<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+{
+    fn apply(&mut self, conn: &Connection, now: i64) -> bool {
+        let Some(f) = self.f.take() else {
+            return false;
+        };
+        let answer = f(conn, now);
+        let ok = answer.is_ok();
+        self.answer = Some(answer);
+        ok
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), String>) {
+        let answer = match (self.answer, committed) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Ok(_)), Err(why)) => Err(StoreError::Unavailable(why)),
+            (None, Err(why)) => Err(StoreError::Unavailable(why)),
+            // The write panicked: nothing of it was kept.
+            (None, Ok(())) => Err(writer_stopped()),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+fn writer_stopped() -> StoreError {
+    StoreError::Unavailable("sqlite: the write failed inside the store; nothing was applied".into())
 }
 
 /// The connection, even after a panic while it was held; a transaction the panic left open is
@@ -402,20 +587,21 @@ impl Store for SqliteStore {
     ) -> Result<Reservation, StoreError> {
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
         let tool = tool.to_owned();
-        let (conn, clock) = (self.conn.clone(), self.clock.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut conn = lock(&conn);
+        let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
+        let answer = tokio::task::spawn_blocking(move || {
             // A replay, IN_PROGRESS or CONFLICT answer writes nothing: a live record in the way
             // is answered from a plain read (WAL readers never wait for the write lock). Only a
             // free or expired key takes the write lock, and is read again under it: of two
             // processes reserving one key, the second reads the first's committed row.
-            if let Some(stored) = read_row(&conn, &key)? {
+            if let Some(stored) = read_row(&lock(&conn), &key)? {
                 let now = to_millis(clock.now());
                 if !stored.expired(now) {
-                    return Ok(Reservation::Existing(stored.to_record(&key, now)?));
+                    return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
                 }
             }
-            in_write(&mut conn, &*clock, |tx, now| {
+            // The write joins the queue; this thread, already on the blocking pool, runs the
+            // writer if none is running.
+            let (job, answer) = Job::queued(move |tx: &Connection, now| {
                 let lease_until = now.saturating_add(span_ms(lease));
                 let inserted = fenced(
                     tx,
@@ -447,10 +633,18 @@ impl Store for SqliteStore {
                     StoreError::Unavailable("sqlite: a conflicting row vanished".into())
                 })?;
                 Ok(Reservation::Existing(stored.to_record(&key, now)?))
-            })
+            });
+            if writes.submit(job) {
+                writes.combine(&conn, &*clock);
+            }
+            Ok(Ok(answer))
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))??;
+        match answer {
+            Err(existing) => Ok(existing),
+            Ok(answer) => answer.await.unwrap_or_else(|_| Err(writer_stopped())),
+        }
     }
 
     async fn complete(
@@ -727,6 +921,130 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Inserts a bare record named `key` (a write as the store's own are).
+    fn insert(conn: &Connection, key: &str, now: i64) -> Result<(), StoreError> {
+        conn.execute(
+            &format!(
+                "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
+                 VALUES ('{IN_PROGRESS}', 't', 'fp', ?1, ?1, NULL, NULL, NULL, 'tool', 'acme', ?2)"
+            ),
+            params![now, key],
+        )
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    fn keys(store: &SqliteStore) -> Vec<String> {
+        let conn = lock(&store.conn);
+        let mut stmt = conn
+            .prepare("SELECT key FROM toolkey_records ORDER BY key")
+            .unwrap();
+        let rows = stmt.query_map([], |row| row.get(0)).unwrap();
+        rows.map(Result::unwrap).collect()
+    }
+
+    /// Writes queued while the connection is busy share one commit; in a shared commit, a write
+    /// that fails or panics is rolled back alone, and every other is kept and answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_writes_share_a_commit_and_fail_alone() {
+        let dir = tempfile_dir();
+        let store = Arc::new(SqliteStore::open(dir.join("group.db")).unwrap());
+        // Hold the connection, as a long read would, while ten writes queue up.
+        let held = store.conn.clone();
+        let guard = held.lock().unwrap();
+        let mut writes = Vec::new();
+        for i in 0..10 {
+            let store = store.clone();
+            writes.push(Box::pin(async move {
+                store
+                    .write(move |tx, now| match i {
+                        3 => {
+                            insert(tx, "k3", now)?;
+                            Err(StoreError::Unavailable("refused".into()))
+                        }
+                        6 => {
+                            insert(tx, "k6", now)?;
+                            panic!("a write that panics")
+                        }
+                        _ => insert(tx, &format!("k{i}"), now).map(|()| i),
+                    })
+                    .await
+            }));
+        }
+        // Polled once, each write joins the queue (the first starts the writer, which takes
+        // what is queued, then waits for the connection).
+        let mut cx = std::task::Context::from_waker(futures_util::task::noop_waker_ref());
+        for write in &mut writes {
+            assert!(std::future::Future::poll(write.as_mut(), &mut cx).is_pending());
+        }
+        drop(guard);
+        let answers = futures_util::future::join_all(writes).await;
+        for (i, answer) in answers.iter().enumerate() {
+            match i {
+                3 => assert!(matches!(answer, Err(StoreError::Unavailable(m)) if m == "refused")),
+                6 => assert!(
+                    matches!(answer, Err(StoreError::Unavailable(_))),
+                    "{answer:?}"
+                ),
+                _ => assert_eq!(answer.as_ref().unwrap(), &i),
+            }
+        }
+        assert_eq!(
+            keys(&store),
+            ["k0", "k1", "k2", "k4", "k5", "k7", "k8", "k9"],
+            "the failed and the panicked writes are rolled back alone"
+        );
+        let commits = store.writes.commits.load(Ordering::Relaxed);
+        assert!(
+            (1..=2).contains(&commits),
+            "ten writes queued behind one lock took {commits} commits"
+        );
+        // The store goes on: a write after the batch commits on its own.
+        store
+            .write(|tx, now| insert(tx, "after", now))
+            .await
+            .unwrap();
+        assert!(keys(&store).contains(&"after".to_string()));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A commit that fails answers every write of its batch as unavailable, none as done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_begin_answers_every_write_unavailable() {
+        let dir = tempfile_dir();
+        let path = dir.join("locked.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        lock(&store.conn)
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
+        // Another process holds the write lock.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let answers = futures_util::future::join_all((0..4).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |tx, now| insert(tx, &format!("k{i}"), now))
+                    .await
+            }
+        }))
+        .await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, Err(StoreError::Unavailable(_)))),
+            "{answers:?}"
+        );
+        other.execute_batch("ROLLBACK").unwrap();
+        assert!(keys(&store).is_empty());
+        store
+            .write(|tx, now| insert(tx, "after", now))
+            .await
+            .unwrap();
+        assert_eq!(keys(&store), ["after"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn a_newer_schema_is_refused() {
