@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -112,26 +112,18 @@ pub(crate) struct UnkeyedCall {
 }
 
 impl UnkeyedCall {
-    /// The call of `def`'s tool with `args` in `ctx`'s tenant; `None` when the arguments cannot
-    /// be fingerprinted (they are then refused as invalid before anything runs).
-    pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Option<Self> {
-        let fingerprint = match (args, def.ignored_arguments.is_empty()) {
-            (Value::Object(fields), false) => {
-                let defining: Map<String, Value> = fields
-                    .iter()
-                    .filter(|(name, _)| !def.ignored_arguments.contains(name))
-                    .map(|(name, value)| (name.clone(), value.clone()))
-                    .collect();
-                Fingerprint::of(&defining)
-            }
-            _ => Fingerprint::of(args),
-        }
-        .ok()?;
-        Some(UnkeyedCall {
+    /// The call of `def`'s tool with `args` in `ctx`'s tenant, fingerprinted where the
+    /// arguments lie, without a copy.
+    pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Self {
+        let ignored = &def.ignored_arguments;
+        let fingerprint = Fingerprint::of_json(args, |name| {
+            !ignored.is_empty() && ignored.iter().any(|i| i == name)
+        });
+        UnkeyedCall {
             tenant: ctx.scope().to_string(),
             tool: def.name.clone(),
             fingerprint,
-        })
+        }
     }
 
     /// The fingerprint's first hex digits, for logs.
@@ -302,7 +294,7 @@ mod tests {
 
     fn call(n: u64) -> UnkeyedCall {
         let def = ToolDefinition::new("peek", "", json!({}), crate::Story::ReadOnly);
-        UnkeyedCall::new(&def, &json!({ "n": n }), &ToolContext::new("run")).unwrap()
+        UnkeyedCall::new(&def, &json!({ "n": n }), &ToolContext::new("run"))
     }
 
     #[tokio::test(start_paused = true)]
@@ -333,11 +325,11 @@ mod tests {
         let def = ToolDefinition::new("search", "", json!({}), crate::Story::ReadOnly)
             .with_ignored_argument("why");
         let ctx = ToolContext::new("run").with_tenant("acme");
-        let a = UnkeyedCall::new(&def, &json!({"q": "x", "why": "first"}), &ctx).unwrap();
-        let b = UnkeyedCall::new(&def, &json!({"why": "reworded", "q": "x"}), &ctx).unwrap();
-        let c = UnkeyedCall::new(&def, &json!({"q": "y", "why": "first"}), &ctx).unwrap();
+        let a = UnkeyedCall::new(&def, &json!({"q": "x", "why": "first"}), &ctx);
+        let b = UnkeyedCall::new(&def, &json!({"why": "reworded", "q": "x"}), &ctx);
+        let c = UnkeyedCall::new(&def, &json!({"q": "y", "why": "first"}), &ctx);
         let other_tenant = ToolContext::new("run").with_tenant("globex");
-        let d = UnkeyedCall::new(&def, &json!({"q": "x"}), &other_tenant).unwrap();
+        let d = UnkeyedCall::new(&def, &json!({"q": "x"}), &other_tenant);
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_ne!(a, d);

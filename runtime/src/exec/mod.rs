@@ -159,9 +159,10 @@ impl Executor {
         // A call without a key has no record to count its failures under: it is counted in
         // memory by its tool and the arguments that define it.
         let tally = match Limit::of(def) {
-            Some(limit) if def.story != Story::Idempotent => {
-                UnkeyedCall::new(def, &args, ctx).map(|call| Arc::new(Tally::new(call, limit)))
-            }
+            Some(limit) if def.story != Story::Idempotent => Some(Arc::new(Tally::new(
+                UnkeyedCall::new(def, &args, ctx),
+                limit,
+            ))),
             _ => None,
         };
         let prepared = async {

@@ -1,0 +1,109 @@
+//! The same server work as the stores do, written directly with the client crates: the statements
+//! and scripts the benches compare the stores with. They mirror those in
+//! `runtime/src/store/{postgres,redis}.rs`.
+#![allow(dead_code)]
+
+pub const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub const LEASE_MS: i64 = 30_000;
+/// Short, so the bench's Redis records leave soon.
+pub const RETAIN_MS: i64 = 1_000;
+
+pub const NOW: &str = "date_trunc('milliseconds', now())";
+
+pub fn pg_reserve() -> String {
+    let ms = |c: &str| format!("(extract(epoch FROM {c}) * 1000)::int8");
+    format!(
+        "WITH reserved AS (
+             INSERT INTO toolkey_records AS r (tenant, key, state, token, fingerprint, since, lease_until)
+             VALUES ($1, $2, 'in_progress', $3, $4, {NOW}, {NOW} + $5::int8 * interval '1 millisecond')
+             ON CONFLICT (tenant, key) DO UPDATE SET
+                 state = EXCLUDED.state, token = EXCLUDED.token, fingerprint = EXCLUDED.fingerprint,
+                 since = EXCLUDED.since, lease_until = EXCLUDED.lease_until, outcome = NULL,
+                 completed_at = NULL, expires_at = NULL
+             WHERE r.state = 'completed' AND r.expires_at <= {NOW}
+             RETURNING 1
+         )
+         SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
+                NULL::text, NULL::int8, NULL::int8, NULL::int8
+         FROM reserved
+         UNION ALL
+         SELECT false, state, token, fingerprint, {}, {}, outcome, {}, {}, {}
+         FROM toolkey_records WHERE tenant = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM reserved)",
+        ms("since"),
+        ms("lease_until"),
+        ms("completed_at"),
+        ms("expires_at"),
+        ms(NOW)
+    )
+}
+
+pub fn pg_complete() -> String {
+    format!(
+        "UPDATE toolkey_records SET state = 'completed', outcome = $4, completed_at = {NOW},
+             expires_at = {NOW} + $5::int8 * interval '1 millisecond'
+         WHERE tenant = $1 AND key = $2 AND token = $3 AND state = 'in_progress'"
+    )
+}
+
+pub fn pg_get() -> String {
+    let ms = |c: &str| format!("(extract(epoch FROM {c}) * 1000)::int8");
+    format!(
+        "SELECT state, token, fingerprint, {}, {}, outcome, {}, {}, {}
+         FROM toolkey_records WHERE tenant = $1 AND key = $2",
+        ms("since"),
+        ms("lease_until"),
+        ms("completed_at"),
+        ms("expires_at"),
+        ms(NOW)
+    )
+}
+
+pub const LUA_PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms(n) return string.format('%d', n) end
+local function load(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'hash' then return false end
+  return redis.call('HMGET', key, 'state', 'token', 'fp', 'since', 'lease_until', 'outcome', 'completed_at', 'expires_at')
+end
+local function reply(now, r)
+  return {'record', ms(now), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]}
+end
+"#;
+
+pub const LUA_RESERVE: &str = r#"
+local r = load(KEYS[1])
+if r == false then return {'corrupt', 'not a hash'} end
+local now = now_ms()
+if r then
+  local at = tonumber(r[8])
+  if not (r[1] == 'completed' and at ~= nil and at <= now) then return reply(now, r) end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[1], 'fp', ARGV[2],
+  'since', ms(now), 'lease_until', ms(now + tonumber(ARGV[3])))
+return {'reserved'}
+"#;
+
+pub const LUA_COMPLETE: &str = r#"
+local r = load(KEYS[1])
+if not (r and r[1] == 'in_progress' and r[2] == ARGV[1]) then return 0 end
+local now = now_ms()
+local retain = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2],
+  'completed_at', ms(now), 'expires_at', ms(now + retain))
+redis.call('PEXPIRE', KEYS[1], ms(retain + tonumber(ARGV[4])))
+return 1
+"#;
+
+pub const LUA_GET: &str = r#"
+local r = load(KEYS[1])
+if r == false then return {'corrupt', 'not a hash'} end
+if r == nil then return {'absent'} end
+return reply(now_ms(), r)
+"#;

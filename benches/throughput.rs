@@ -1,0 +1,218 @@
+//! Throughput with many callers at once: 64 callers each reserving and completing a key of its
+//! own (the store work of a first run), against one caller doing the same 64 in turn, and against
+//! the same statements or scripts run directly with the client crates at the same concurrency.
+//!
+//! SQLite shares commits between concurrent writes (group commit), so 64 callers at once pay for
+//! far fewer `fsync`s than 64 in turn, at the same durability (`synchronous = FULL`). PostgreSQL
+//! and Redis are compared with their raw clients: the store's pool (16 connections) against a
+//! deadpool pool of 16 running the same prepared statements; the store's multiplexed connection
+//! against a `ConnectionManager` running the same scripts.
+//!
+//! Needs the servers of the store tests (`bash .ci/services.sh`):
+//! `cargo bench -p toolkey-tests --features postgres,redis --bench throughput`. Criterion prints
+//! each row's calls per second (`thrpt`); the figures of a run are in README.md.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::join_all;
+use redis::aio::ConnectionManager;
+use redis::Script;
+use serde_json::json;
+use tokio_postgres::NoTls;
+use toolkey::store::{
+    Outcome, PostgresStore, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
+};
+use toolkey::Fingerprint;
+
+#[path = "direct.rs"]
+mod direct;
+use direct::*;
+
+/// How many callers run at once.
+const CALLERS: usize = 64;
+
+/// One first run's store work through `store`: reserve a fresh key, complete it.
+async fn first_run(
+    store: &dyn Store,
+    tenant: &str,
+    n: &AtomicU64,
+    fp: &Fingerprint,
+    outcome: &Outcome,
+) {
+    let key = RecordKey::new(tenant, format!("k{}", n.fetch_add(1, Ordering::Relaxed)));
+    let Reservation::Reserved { token, .. } = store
+        .reserve(
+            &key,
+            "tool",
+            fp,
+            &Token::generate(),
+            Duration::from_millis(LEASE_MS as u64),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh key was taken")
+    };
+    let retain = Duration::from_millis(RETAIN_MS as u64);
+    assert!(store.complete(&key, &token, outcome, retain).await.unwrap());
+}
+
+fn throughput(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tenant = format!("bench-{}", Token::generate());
+    let fp = Fingerprint::of(&json!({"customer": "acme", "period": "2026-10"})).unwrap();
+    let outcome = Outcome::Ok(json!({"invoice": "inv-1", "amount": 100.5}));
+    let (fp_hex, outcome_text) = (fp.to_hex(), outcome.to_stored());
+    let n = AtomicU64::new(0);
+
+    // SQLite: 64 callers at once against one at a time, on the same file.
+    let dir = tempfile::tempdir().unwrap();
+    let lite = SqliteStore::open(dir.path().join("throughput.db")).unwrap();
+    let mut group = c.benchmark_group("throughput/sqlite");
+    group.throughput(Throughput::Elements(CALLERS as u64));
+    group.bench_function("one caller", |b| {
+        b.to_async(&rt).iter(|| async {
+            for _ in 0..CALLERS {
+                first_run(&lite, &tenant, &n, &fp, &outcome).await;
+            }
+        })
+    });
+    group.bench_function("64 callers", |b| {
+        b.to_async(&rt)
+            .iter(|| join_all((0..CALLERS).map(|_| first_run(&lite, &tenant, &n, &fp, &outcome))))
+    });
+    group.finish();
+
+    let (pg, pool, redis_store, redis_conn) = rt.block_on(async {
+        let pg = PostgresStore::connect(PG_URL)
+            .await
+            .expect("PostgreSQL for the bench (bash .ci/services.sh)");
+        let manager = Manager::from_config(
+            PG_URL.parse().unwrap(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .unwrap();
+        let redis_store = RedisStore::connect(REDIS_URL)
+            .await
+            .expect("Redis for the bench (bash .ci/services.sh)");
+        let client = redis::Client::open(REDIS_URL).unwrap();
+        let conn = ConnectionManager::new(client).await.unwrap();
+        (pg, pool, redis_store, conn)
+    });
+
+    let mut group = c.benchmark_group("throughput/postgres");
+    group.throughput(Throughput::Elements(CALLERS as u64));
+    group.bench_function("64 callers/store", |b| {
+        b.to_async(&rt)
+            .iter(|| join_all((0..CALLERS).map(|_| first_run(&pg, &tenant, &n, &fp, &outcome))))
+    });
+    let (reserve, complete) = (pg_reserve(), pg_complete());
+    let direct = || async {
+        let key = format!("k{}", n.fetch_add(1, Ordering::Relaxed));
+        let token = Token::generate();
+        let client = pool.get().await.unwrap();
+        let st = client.prepare_cached(&reserve).await.unwrap();
+        let row = client
+            .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
+            .await
+            .unwrap();
+        assert!(row.is_some());
+        drop(client);
+        let client = pool.get().await.unwrap();
+        let st = client.prepare_cached(&complete).await.unwrap();
+        let changed = client
+            .execute(
+                &st,
+                &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+    };
+    group.bench_function("64 callers/direct", |b| {
+        b.to_async(&rt)
+            .iter(|| join_all((0..CALLERS).map(|_| direct())))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("throughput/redis");
+    group.throughput(Throughput::Elements(CALLERS as u64));
+    group.bench_function("64 callers/store", |b| {
+        b.to_async(&rt).iter(|| {
+            join_all((0..CALLERS).map(|_| first_run(&redis_store, &tenant, &n, &fp, &outcome)))
+        })
+    });
+    let (reserve, complete) = (
+        Script::new(&format!("{LUA_PRELUDE}{LUA_RESERVE}")),
+        Script::new(&format!("{LUA_PRELUDE}{LUA_COMPLETE}")),
+    );
+    let direct = || async {
+        let mut conn = redis_conn.clone();
+        let key = format!(
+            "toolkey-bench-direct:{tenant}:k{}",
+            n.fetch_add(1, Ordering::Relaxed)
+        );
+        let token = Token::generate();
+        let reply: Vec<Option<Vec<u8>>> = reserve
+            .key(&key)
+            .arg(token.as_str())
+            .arg(&fp_hex)
+            .arg(LEASE_MS)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
+        let changed: i64 = complete
+            .key(&key)
+            .arg(token.as_str())
+            .arg(&outcome_text)
+            .arg(RETAIN_MS)
+            .arg(60_000)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+    };
+    group.bench_function("64 callers/direct", |b| {
+        b.to_async(&rt)
+            .iter(|| join_all((0..CALLERS).map(|_| direct())))
+    });
+    group.finish();
+
+    // Leave the test database as the bench found it (Redis records leave by their TTL).
+    rt.block_on(async {
+        let client = pool.get().await.unwrap();
+        client
+            .execute("DELETE FROM toolkey_records WHERE tenant = $1", &[&tenant])
+            .await
+            .unwrap();
+    });
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = throughput
+}
+criterion_main!(benches);
