@@ -108,7 +108,11 @@ const FAILURE_SWEEP: i64 = 64;
 /// # }
 /// ```
 pub struct SqliteStore {
+    /// Writes, and reads of an in-memory database.
     conn: Arc<Mutex<Connection>>,
+    /// Reads of a file: a connection of their own, so that a read never waits behind a commit
+    /// being flushed (WAL readers see the last commit without the write lock).
+    reader: Arc<Mutex<Connection>>,
     writes: Arc<Writes>,
     clock: Arc<dyn Clock>,
 }
@@ -125,10 +129,16 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] naming both versions, rather than read wrongly.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
-        let conn = Connection::open(path).map_err(|e| {
-            StoreError::Unavailable(format!("sqlite: cannot open {}: {e}", path.display()))
-        })?;
-        SqliteStore::setup(conn)
+        let open = || {
+            Connection::open(path).map_err(|e| {
+                StoreError::Unavailable(format!("sqlite: cannot open {}: {e}", path.display()))
+            })
+        };
+        let mut store = SqliteStore::setup(open()?)?;
+        let reader = open()?;
+        reader.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
+        store.reader = Arc::new(Mutex::new(reader));
+        Ok(store)
     }
 
     /// A store in memory: private to this store, gone when it is dropped. For tests.
@@ -180,8 +190,10 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(unavailable)?;
         migrate(&mut conn)?;
+        let conn = Arc::new(Mutex::new(conn));
         Ok(SqliteStore {
-            conn: Arc::new(Mutex::new(conn)),
+            reader: conn.clone(),
+            conn,
             writes: Arc::new(Writes::default()),
             clock: Arc::new(SystemClock),
         })
@@ -213,7 +225,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     {
-        let (conn, clock) = (self.conn.clone(), self.clock.clone());
+        let (conn, clock) = (self.reader.clone(), self.clock.clone());
         tokio::task::spawn_blocking(move || {
             let conn = lock(&conn);
             f(&conn, to_millis(clock.now()))
@@ -588,12 +600,13 @@ impl Store for SqliteStore {
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
         let tool = tool.to_owned();
         let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
+        let reader = self.reader.clone();
         let answer = tokio::task::spawn_blocking(move || {
             // A replay, IN_PROGRESS or CONFLICT answer writes nothing: a live record in the way
             // is answered from a plain read (WAL readers never wait for the write lock). Only a
             // free or expired key takes the write lock, and is read again under it: of two
             // processes reserving one key, the second reads the first's committed row.
-            if let Some(stored) = read_row(&lock(&conn), &key)? {
+            if let Some(stored) = read_row(&lock(&reader), &key)? {
                 let now = to_millis(clock.now());
                 if !stored.expired(now) {
                     return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
