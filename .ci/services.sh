@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL and Redis run and answer on 127.0.0.1 before the store tests, installing
-# them from Debian's packages on a machine that has none, and that the official Python MCP SDK
-# the MCP-over-HTTP tests drive the server with is in target/mcp-venv. Safe to run again. Exports
-# nothing: the tests use their default URLs, postgres://postgres@127.0.0.1:5432/test and
-# redis://127.0.0.1:6379, and their default Python, target/mcp-venv/bin/python.
+# Makes sure PostgreSQL, Redis and a Redis Cluster run and answer on 127.0.0.1 before the store
+# tests, installing them from Debian's packages on a machine that has none, and that the official
+# Python MCP SDK the MCP-over-HTTP tests drive the server with is in target/mcp-venv. Safe to run
+# again. Exports nothing: the tests use their default URLs, postgres://postgres@127.0.0.1:5432/test,
+# redis://127.0.0.1:6379 and the cluster's nodes redis://127.0.0.1:7000 to 7005, and their default
+# Python, target/mcp-venv/bin/python.
 set -euo pipefail
 
 PG_HOST=127.0.0.1
@@ -93,6 +94,44 @@ if ! redis_ready; then
 fi
 wait_for Redis redis_ready
 
+# --- Redis Cluster -------------------------------------------------------------------------------
+# Three masters with one replica each, for the cluster store's tests. Failover is quick
+# (cluster-node-timeout 1 s) so the failover test's window is short, and a replica takes over
+# however long it was cut off from its master. The tests stop and kill masters; a node that is
+# not running is started again here with its old nodes file, and rejoins as a replica.
+CLUSTER_PORTS=(7000 7001 7002 7003 7004 7005)
+CLUSTER_DIR=${TOOLKEY_REDIS_CLUSTER_DIR:-/tmp/toolkey-redis-cluster}
+node_ready() { [ "$(redis-cli -h "$REDIS_HOST" -p "$1" ping 2>/dev/null)" = PONG ]; }
+cluster_ok() {
+    local port
+    for port in "${CLUSTER_PORTS[@]}"; do
+        redis-cli -h "$REDIS_HOST" -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+        # Every node sees all six, and each master has its replica.
+        [ "$(redis-cli -h "$REDIS_HOST" -p "$port" cluster nodes 2>/dev/null |
+            awk '$3 !~ /fail/ && $8 == "connected"' | wc -l)" = 6 ] || return 1
+    done
+    [ "$(redis-cli -h "$REDIS_HOST" -p "${CLUSTER_PORTS[0]}" cluster nodes | awk '$3 ~ /master/' | wc -l)" = 3 ]
+}
+for port in "${CLUSTER_PORTS[@]}"; do
+    if ! node_ready "$port"; then
+        mkdir -p "$CLUSTER_DIR/$port"
+        log "starting Redis Cluster node on $REDIS_HOST:$port"
+        redis-server --daemonize yes --bind "$REDIS_HOST" --port "$port" --dir "$CLUSTER_DIR/$port" \
+            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000 \
+            --cluster-replica-validity-factor 0 --save "" --appendonly no \
+            --logfile "$CLUSTER_DIR/$port/redis.log" --pidfile "$CLUSTER_DIR/$port/redis.pid"
+    fi
+done
+for port in "${CLUSTER_PORTS[@]}"; do
+    wait_for "Redis Cluster node $port" node_ready "$port"
+done
+if [ "$(redis-cli -h "$REDIS_HOST" -p "${CLUSTER_PORTS[0]}" cluster info | sed -n 's/^cluster_known_nodes:\([0-9]*\).*/\1/p')" = 1 ]; then
+    log "creating the Redis Cluster (3 masters, 1 replica each)"
+    redis-cli --cluster create $(printf "$REDIS_HOST:%s " "${CLUSTER_PORTS[@]}") \
+        --cluster-replicas 1 --cluster-yes >/dev/null
+fi
+wait_for "Redis Cluster (cluster_state:ok on every node)" cluster_ok
+
 # --- The Python MCP SDK -------------------------------------------------------------------------
 # Pinned: the tests read what this version's client prints and how it reports a refusal.
 MCP_SDK='mcp==2.3.0'
@@ -110,4 +149,5 @@ fi
 "$venv/bin/python" -c 'import mcp.client.streamable_http' ||
     fail "the Python MCP SDK ($MCP_SDK) does not import from $venv"
 
-log "PostgreSQL ($PG_HOST:5432, database $PG_DB), Redis ($REDIS_HOST:$REDIS_PORT) and the Python MCP SDK are ready"
+log "PostgreSQL ($PG_HOST:5432, database $PG_DB), Redis ($REDIS_HOST:$REDIS_PORT), Redis Cluster \
+($REDIS_HOST:${CLUSTER_PORTS[0]}-${CLUSTER_PORTS[5]}) and the Python MCP SDK are ready"
