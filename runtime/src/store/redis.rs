@@ -89,7 +89,8 @@ const SCHEMA_VERSION: i64 = 2;
 /// acknowledged write if the acknowledging replica is not the one elected (with more than one
 /// replica per primary, wait for all of them). `WAIT` also blocks the connection it is sent on;
 /// the store shares one connection per node among all calls, so concurrent calls queue behind
-/// each other's waits: about a replication round trip per transition (see the `stores` bench).
+/// each other's waits. On a loopback cluster a reserve and a complete took 1.45 times as long
+/// with `WAIT 1` one at a time, and 3.3 times as long 32 at once (the `stores` bench).
 ///
 /// # What the server must be configured for
 ///
