@@ -107,3 +107,116 @@ if r == false then return {'corrupt', 'not a hash'} end
 if r == nil then return {'absent'} end
 return reply(now_ms(), r)
 "#;
+
+/// The store's side of a first run: reserve `key` (free) and complete it.
+pub async fn store_first_run(
+    store: &dyn toolkey::store::Store,
+    key: &toolkey::store::RecordKey,
+    fp: &toolkey::Fingerprint,
+    outcome: &toolkey::store::Outcome,
+) {
+    let lease = std::time::Duration::from_millis(LEASE_MS as u64);
+    let toolkey::store::Reservation::Reserved { token, .. } = store
+        .reserve(key, "tool", fp, &toolkey::store::Token::generate(), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh key was taken")
+    };
+    let retain = std::time::Duration::from_millis(RETAIN_MS as u64);
+    assert!(store.complete(key, &token, outcome, retain).await.unwrap());
+}
+
+/// The PostgreSQL store, a deadpool pool of 16 beside it, the Redis store, and a
+/// `ConnectionManager` beside it: each server's store and its raw client.
+pub async fn connect() -> (
+    toolkey::store::PostgresStore,
+    deadpool_postgres::Pool,
+    toolkey::store::RedisStore,
+    redis::aio::ConnectionManager,
+) {
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+    let pg = toolkey::store::PostgresStore::connect(PG_URL)
+        .await
+        .expect("PostgreSQL for the bench (bash .ci/services.sh)");
+    let manager = Manager::from_config(
+        PG_URL.parse().unwrap(),
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .unwrap();
+    let redis_store = toolkey::store::RedisStore::connect(REDIS_URL)
+        .await
+        .expect("Redis for the bench (bash .ci/services.sh)");
+    let client = redis::Client::open(REDIS_URL).unwrap();
+    let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
+    (pg, pool, redis_store, conn)
+}
+
+/// A first run's statements run directly: the reserve (`pg_reserve`) and the complete
+/// (`pg_complete`) of `key`, each on a client of `pool`.
+pub async fn pg_first_run(
+    pool: &deadpool_postgres::Pool,
+    (reserve, complete): (&str, &str),
+    tenant: &str,
+    key: &str,
+    fp_hex: &str,
+    outcome_text: &str,
+) {
+    let token = toolkey::store::Token::generate();
+    let client = pool.get().await.unwrap();
+    let st = client.prepare_cached(reserve).await.unwrap();
+    let row = client
+        .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
+        .await
+        .unwrap();
+    assert!(row.is_some());
+    drop(client);
+    let client = pool.get().await.unwrap();
+    let st = client.prepare_cached(complete).await.unwrap();
+    let changed = client
+        .execute(
+            &st,
+            &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
+/// A first run's scripts run directly: `LUA_RESERVE` and `LUA_COMPLETE` on `key`.
+pub async fn redis_first_run(
+    conn: &redis::aio::ConnectionManager,
+    (reserve, complete): (&redis::Script, &redis::Script),
+    key: &str,
+    fp_hex: &str,
+    outcome_text: &str,
+) {
+    let mut conn = conn.clone();
+    let token = toolkey::store::Token::generate();
+    let reply: Vec<Option<Vec<u8>>> = reserve
+        .key(key)
+        .arg(token.as_str())
+        .arg(fp_hex)
+        .arg(LEASE_MS)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
+    let changed: i64 = complete
+        .key(key)
+        .arg(token.as_str())
+        .arg(outcome_text)
+        .arg(RETAIN_MS)
+        .arg(60_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+}

@@ -91,29 +91,7 @@ fn stores(c: &mut Criterion) {
     );
     let n = AtomicU64::new(0);
 
-    let (pg, pool, redis_store, mut redis_conn) = rt.block_on(async {
-        let pg = PostgresStore::connect(PG_URL)
-            .await
-            .expect("PostgreSQL for the bench (bash .ci/services.sh)");
-        let manager = Manager::from_config(
-            PG_URL.parse().unwrap(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(16)
-            .runtime(Runtime::Tokio1)
-            .build()
-            .unwrap();
-        let redis_store = RedisStore::connect(REDIS_URL)
-            .await
-            .expect("Redis for the bench (bash .ci/services.sh)");
-        let client = redis::Client::open(REDIS_URL).unwrap();
-        let conn = ConnectionManager::new(client).await.unwrap();
-        (pg, pool, redis_store, conn)
-    });
+    let (pg, pool, redis_store, mut redis_conn) = rt.block_on(connect());
 
     // A completed record each variant reads.
     let done = RecordKey::new(tenant.clone(), "done");
@@ -144,14 +122,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved { token, .. } = pg
-                .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
-                .await
-                .unwrap()
-            else {
-                panic!("fresh key taken")
-            };
-            assert!(pg.complete(&key, &token, &outcome, retain).await.unwrap());
+            store_first_run(&pg, &key, &fp, &outcome).await
         })
     });
     let (reserve, complete, get) = (pg_reserve(), pg_complete(), pg_get());
@@ -159,25 +130,15 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/direct", |b| {
         b.to_async(&rt).iter(|| async {
             let key = fresh(&n);
-            let token = Token::generate();
-            let client = pool.get().await.unwrap();
-            let st = client.prepare_cached(&reserve).await.unwrap();
-            let row = client
-                .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
-                .await
-                .unwrap();
-            assert!(row.is_some());
-            drop(client);
-            let client = pool.get().await.unwrap();
-            let st = client.prepare_cached(&complete).await.unwrap();
-            let changed = client
-                .execute(
-                    &st,
-                    &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
-                )
-                .await
-                .unwrap();
-            assert_eq!(changed, 1);
+            pg_first_run(
+                &pool,
+                (&reserve, &complete),
+                &tenant,
+                &key,
+                &fp_hex,
+                &outcome_text,
+            )
+            .await
         })
     });
     group.bench_function("get/store", |b| {
@@ -241,43 +202,20 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved { token, .. } = redis_store
-                .reserve(&key, "tool", &fp, &toolkey::store::Token::generate(), lease)
-                .await
-                .unwrap()
-            else {
-                panic!("fresh key taken")
-            };
-            assert!(redis_store
-                .complete(&key, &token, &outcome, retain)
-                .await
-                .unwrap());
+            store_first_run(&redis_store, &key, &fp, &outcome).await
         })
     });
     group.bench_function("reserve+complete/direct", |b| {
         b.to_async(&rt).iter(|| async {
-            let mut conn = redis_conn.clone();
             let key = format!("toolkey-bench-direct:{tenant}:{}", fresh(&n));
-            let token = Token::generate();
-            let reply: Vec<Option<Vec<u8>>> = reserve
-                .key(&key)
-                .arg(token.as_str())
-                .arg(&fp_hex)
-                .arg(LEASE_MS)
-                .invoke_async(&mut conn)
-                .await
-                .unwrap();
-            assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
-            let changed: i64 = complete
-                .key(&key)
-                .arg(token.as_str())
-                .arg(&outcome_text)
-                .arg(RETAIN_MS)
-                .arg(60_000)
-                .invoke_async(&mut conn)
-                .await
-                .unwrap();
-            assert_eq!(changed, 1);
+            redis_first_run(
+                &redis_conn,
+                (&reserve, &complete),
+                &key,
+                &fp_hex,
+                &outcome_text,
+            )
+            .await
         })
     });
     group.bench_function("get/store", |b| {
@@ -338,14 +276,7 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
             let key = RecordKey::new(tenant.clone(), fresh(&n));
-            let Reservation::Reserved { token, .. } = lite
-                .reserve(&key, "tool", &fp, &Token::generate(), lease)
-                .await
-                .unwrap()
-            else {
-                panic!("fresh key taken")
-            };
-            assert!(lite.complete(&key, &token, &outcome, retain).await.unwrap());
+            store_first_run(&lite, &key, &fp, &outcome).await
         })
     });
     group.bench_function("reserve+complete/direct", |b| {

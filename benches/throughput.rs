@@ -43,21 +43,7 @@ async fn first_run(
     outcome: &Outcome,
 ) {
     let key = RecordKey::new(tenant, format!("k{}", n.fetch_add(1, Ordering::Relaxed)));
-    let Reservation::Reserved { token, .. } = store
-        .reserve(
-            &key,
-            "tool",
-            fp,
-            &Token::generate(),
-            Duration::from_millis(LEASE_MS as u64),
-        )
-        .await
-        .unwrap()
-    else {
-        panic!("a fresh key was taken")
-    };
-    let retain = Duration::from_millis(RETAIN_MS as u64);
-    assert!(store.complete(&key, &token, outcome, retain).await.unwrap());
+    store_first_run(store, &key, fp, outcome).await
 }
 
 fn throughput(c: &mut Criterion) {
@@ -90,29 +76,7 @@ fn throughput(c: &mut Criterion) {
     });
     group.finish();
 
-    let (pg, pool, redis_store, redis_conn) = rt.block_on(async {
-        let pg = PostgresStore::connect(PG_URL)
-            .await
-            .expect("PostgreSQL for the bench (bash .ci/services.sh)");
-        let manager = Manager::from_config(
-            PG_URL.parse().unwrap(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(16)
-            .runtime(Runtime::Tokio1)
-            .build()
-            .unwrap();
-        let redis_store = RedisStore::connect(REDIS_URL)
-            .await
-            .expect("Redis for the bench (bash .ci/services.sh)");
-        let client = redis::Client::open(REDIS_URL).unwrap();
-        let conn = ConnectionManager::new(client).await.unwrap();
-        (pg, pool, redis_store, conn)
-    });
+    let (pg, pool, redis_store, redis_conn) = rt.block_on(connect());
 
     let mut group = c.benchmark_group("throughput/postgres");
     group.throughput(Throughput::Elements(CALLERS as u64));
@@ -123,25 +87,15 @@ fn throughput(c: &mut Criterion) {
     let (reserve, complete) = (pg_reserve(), pg_complete());
     let direct = || async {
         let key = format!("k{}", n.fetch_add(1, Ordering::Relaxed));
-        let token = Token::generate();
-        let client = pool.get().await.unwrap();
-        let st = client.prepare_cached(&reserve).await.unwrap();
-        let row = client
-            .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
-            .await
-            .unwrap();
-        assert!(row.is_some());
-        drop(client);
-        let client = pool.get().await.unwrap();
-        let st = client.prepare_cached(&complete).await.unwrap();
-        let changed = client
-            .execute(
-                &st,
-                &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
-            )
-            .await
-            .unwrap();
-        assert_eq!(changed, 1);
+        pg_first_run(
+            &pool,
+            (&reserve, &complete),
+            &tenant,
+            &key,
+            &fp_hex,
+            &outcome_text,
+        )
+        .await
     };
     group.bench_function("64 callers/direct", |b| {
         b.to_async(&rt)
@@ -161,31 +115,18 @@ fn throughput(c: &mut Criterion) {
         Script::new(&format!("{LUA_PRELUDE}{LUA_COMPLETE}")),
     );
     let direct = || async {
-        let mut conn = redis_conn.clone();
         let key = format!(
             "toolkey-bench-direct:{tenant}:k{}",
             n.fetch_add(1, Ordering::Relaxed)
         );
-        let token = Token::generate();
-        let reply: Vec<Option<Vec<u8>>> = reserve
-            .key(&key)
-            .arg(token.as_str())
-            .arg(&fp_hex)
-            .arg(LEASE_MS)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
-        let changed: i64 = complete
-            .key(&key)
-            .arg(token.as_str())
-            .arg(&outcome_text)
-            .arg(RETAIN_MS)
-            .arg(60_000)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(changed, 1);
+        redis_first_run(
+            &redis_conn,
+            (&reserve, &complete),
+            &key,
+            &fp_hex,
+            &outcome_text,
+        )
+        .await
     };
     group.bench_function("64 callers/direct", |b| {
         b.to_async(&rt)

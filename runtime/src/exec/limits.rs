@@ -116,9 +116,7 @@ impl UnkeyedCall {
     /// arguments lie, without a copy.
     pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Self {
         let ignored = &def.ignored_arguments;
-        let fingerprint = Fingerprint::of_json(args, |name| {
-            !ignored.is_empty() && ignored.iter().any(|i| i == name)
-        });
+        let fingerprint = Fingerprint::of_json(args, |name| ignored.iter().any(|i| i == name));
         UnkeyedCall {
             tenant: ctx.scope().to_string(),
             tool: def.name.clone(),
