@@ -51,14 +51,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde_json::json;
-use tokio_postgres::NoTls;
 use toolkey::store::{
-    CachedStore, Outcome, PostgresStore, RecordKey, RedisStore, Reservation, SqliteStore, Store,
-    Token,
+    CachedStore, Outcome, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
 };
 use toolkey::Fingerprint;
 
@@ -85,10 +81,7 @@ fn stores(c: &mut Criterion) {
     let tenant = format!("bench-{}", Token::generate());
     let fp = Fingerprint::of(&json!({"customer": "acme", "period": "2026-10"})).unwrap();
     let outcome = Outcome::Ok(json!({"invoice": "inv-1", "amount": 100.5}));
-    let (lease, retain) = (
-        Duration::from_millis(LEASE_MS as u64),
-        Duration::from_millis(RETAIN_MS as u64),
-    );
+    let lease = Duration::from_millis(LEASE_MS as u64);
     let n = AtomicU64::new(0);
 
     let (pg, pool, redis_store, mut redis_conn) = rt.block_on(connect());

@@ -16,15 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::future::join_all;
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde_json::json;
-use tokio_postgres::NoTls;
-use toolkey::store::{
-    Outcome, PostgresStore, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
-};
+use toolkey::store::{Outcome, RecordKey, SqliteStore, Store, Token};
 use toolkey::Fingerprint;
 
 #[path = "direct.rs"]
