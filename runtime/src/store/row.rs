@@ -42,19 +42,26 @@ impl StoredRecord {
         self.state == COMPLETED && self.expires_at_ms.is_some_and(|at| at <= now_ms)
     }
 
-    /// In progress with a lapsed lease, or marked unknown: nobody knows the outcome.
-    pub fn stale(&self, now_ms: i64) -> bool {
-        self.state == UNKNOWN || (self.state == IN_PROGRESS && self.lease_until_ms <= now_ms)
-    }
-
-    /// In progress under `token`: the only state in which a fenced write applies.
-    pub fn held_by(&self, token: &Token) -> bool {
-        self.state == IN_PROGRESS && self.token == token.as_str()
-    }
-
-    /// Unknown under `seen` at `now_ms`: the only record an operator may resolve.
-    pub fn resolvable(&self, seen: &Token, now_ms: i64) -> bool {
-        self.token == seen.as_str() && self.stale(now_ms)
+    /// The row's fields, its state and fingerprint read back: [`StoreError::Corrupt`] when
+    /// either does not.
+    fn fields(&self, key: &RecordKey) -> Result<Fields<'_>, StoreError> {
+        let state = match self.state.as_str() {
+            IN_PROGRESS => State::InProgress,
+            UNKNOWN => State::Unknown,
+            COMPLETED => State::Completed,
+            other => return Err(StoreError::corrupt(key, format!("unknown state {other:?}"))),
+        };
+        Ok(Fields {
+            tool: self.tool.as_deref(),
+            state,
+            token: &self.token,
+            fingerprint: record_fingerprint(&self.fingerprint, key)?,
+            since_ms: self.since_ms,
+            lease_until_ms: self.lease_until_ms,
+            outcome: self.outcome.as_deref(),
+            completed_at_ms: self.completed_at_ms,
+            expires_at_ms: self.expires_at_ms,
+        })
     }
 
     /// The record as an operator lists it, at `now_ms` by the store's clock; `None` when it
@@ -64,44 +71,46 @@ impl StoredRecord {
         if self.expired(now_ms) {
             return Ok(None);
         }
-        let record = self.to_record(key, now_ms)?;
-        let (state, reported, outcome) = match record {
-            Record::InProgress { .. } => (EntryState::InProgress, false, None),
-            Record::Stale { reported, .. } => (EntryState::Unknown, reported, None),
-            Record::Completed { outcome, .. } => {
-                let state = match outcome {
-                    Outcome::Ok(_) => EntryState::Completed,
-                    Outcome::Err(_) => EntryState::Failed,
-                };
-                (state, false, Some(outcome))
-            }
-        };
-        let finished = outcome.is_some();
-        Ok(Some(Entry {
-            key: key.clone(),
-            tool: self.tool.clone().filter(|t| !t.is_empty()),
-            state,
-            reported,
-            fingerprint: record_fingerprint(&self.fingerprint, key)?,
-            since: from_millis(self.since_ms),
-            lease_until: (!finished).then(|| from_millis(self.lease_until_ms)),
-            completed_at: self.completed_at_ms.map(from_millis),
-            expires_at: self.expires_at_ms.map(from_millis),
-            outcome,
-            revision: Token::from_stored(self.token.clone()),
-        }))
+        self.fields(key)?.to_entry(key, now_ms).map(Some)
     }
 
     /// The record as the trait describes it, at `now_ms` by the store's clock. Anything that does
     /// not read back is [`StoreError::Corrupt`].
     pub fn to_record(&self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
-        let fingerprint = record_fingerprint(&self.fingerprint, key)?;
-        let since = from_millis(self.since_ms);
-        Ok(match self.state.as_str() {
-            COMPLETED => {
+        self.fields(key)?.to_record(key, now_ms)
+    }
+}
+
+/// A record's state, as the stores' texts name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    InProgress,
+    Unknown,
+    Completed,
+}
+
+/// A record's fields, borrowed from whatever holds them (a row read from a server, or the
+/// memory store's own compact record), judged in one place.
+pub(crate) struct Fields<'a> {
+    pub tool: Option<&'a str>,
+    pub state: State,
+    pub token: &'a str,
+    pub fingerprint: Fingerprint,
+    pub since_ms: i64,
+    pub lease_until_ms: i64,
+    pub outcome: Option<&'a str>,
+    pub completed_at_ms: Option<i64>,
+    pub expires_at_ms: Option<i64>,
+}
+
+impl Fields<'_> {
+    /// The record as the trait describes it, at `now_ms`.
+    pub fn to_record(&self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
+        let (fingerprint, since) = (self.fingerprint, from_millis(self.since_ms));
+        Ok(match self.state {
+            State::Completed => {
                 let text = self
                     .outcome
-                    .as_deref()
                     .ok_or_else(|| StoreError::corrupt(key, "completed record without outcome"))?;
                 let (Some(completed_at), Some(expires_at)) =
                     (self.completed_at_ms, self.expires_at_ms)
@@ -118,24 +127,52 @@ impl StoredRecord {
                     expires_at: from_millis(expires_at),
                 }
             }
-            UNKNOWN => Record::Stale {
-                token: Token::from_stored(self.token.clone()),
+            State::Unknown => Record::Stale {
+                token: Token::from_stored(self.token),
                 fingerprint,
                 since,
                 reported: true,
             },
-            IN_PROGRESS if self.lease_until_ms <= now_ms => Record::Stale {
-                token: Token::from_stored(self.token.clone()),
+            State::InProgress if self.lease_until_ms <= now_ms => Record::Stale {
+                token: Token::from_stored(self.token),
                 fingerprint,
                 since,
                 reported: false,
             },
-            IN_PROGRESS => Record::InProgress {
+            State::InProgress => Record::InProgress {
                 fingerprint,
                 since,
                 lease_until: from_millis(self.lease_until_ms),
             },
-            other => return Err(StoreError::corrupt(key, format!("unknown state {other:?}"))),
+        })
+    }
+
+    /// The record as an operator lists it, at `now_ms` (the caller has left expired ones out).
+    pub fn to_entry(&self, key: &RecordKey, now_ms: i64) -> Result<Entry, StoreError> {
+        let (state, reported, outcome) = match self.to_record(key, now_ms)? {
+            Record::InProgress { .. } => (EntryState::InProgress, false, None),
+            Record::Stale { reported, .. } => (EntryState::Unknown, reported, None),
+            Record::Completed { outcome, .. } => {
+                let state = match outcome {
+                    Outcome::Ok(_) => EntryState::Completed,
+                    Outcome::Err(_) => EntryState::Failed,
+                };
+                (state, false, Some(outcome))
+            }
+        };
+        let finished = outcome.is_some();
+        Ok(Entry {
+            key: key.clone(),
+            tool: self.tool.filter(|t| !t.is_empty()).map(str::to_owned),
+            state,
+            reported,
+            fingerprint: self.fingerprint,
+            since: from_millis(self.since_ms),
+            lease_until: (!finished).then(|| from_millis(self.lease_until_ms)),
+            completed_at: self.completed_at_ms.map(from_millis),
+            expires_at: self.expires_at_ms.map(from_millis),
+            outcome,
+            revision: Token::from_stored(self.token),
         })
     }
 }
