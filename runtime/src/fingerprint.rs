@@ -40,19 +40,6 @@ impl Fingerprint {
 }
 
 impl Fingerprint {
-    /// The fingerprint of a JSON value as [`Fingerprint::of`] gives it, hashed where it lies
-    /// (no copy), leaving out the top-level fields `skip` names when it is an object: what a
-    /// call without a key is counted by, on every call.
-    pub(crate) fn of_json(value: &Value, skip: impl Fn(&str) -> bool) -> Fingerprint {
-        let mut hasher = HashSink(Sha256::new());
-        match value {
-            Value::Object(map) => write_object(map.iter().filter(|(k, _)| !skip(k)), &mut hasher),
-            other => write_canonical(other, &mut hasher),
-        }
-        .expect("hashing cannot fail");
-        Fingerprint(hasher.0.finalize().into())
-    }
-
     /// The fingerprint of one call of `tool`: its name, then its defining arguments as
     /// [`FingerprintSchema`] canonicalizes them (arrays the schema calls sets are sorted, so
     /// equal sets are equal whatever their order in memory). Two tools that share a key
@@ -268,6 +255,15 @@ pub fn canonical_json(value: &Value, out: &mut String) {
     write_canonical(value, out).expect("writing to a String cannot fail")
 }
 
+/// An object's entries (some of them: the caller filters) in canonical form, as
+/// [`canonical_json`] writes an object.
+pub(crate) fn canonical_fields<'a>(
+    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut String,
+) {
+    write_object(entries, out).expect("writing to a String cannot fail")
+}
+
 /// Feeds text written to it into a SHA-256.
 struct HashSink(Sha256);
 
@@ -356,31 +352,6 @@ fn write_string(s: &str, out: &mut impl fmt::Write) -> fmt::Result {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// A JSON value fingerprinted where it lies is the fingerprint of its copy; leaving fields
-    /// out is the fingerprint of the object without them.
-    #[test]
-    fn of_json_is_of_without_a_copy() {
-        let value = json!({"b": [1, 2.0, {"z": null, "a": "x\n"}], "a": -0.0, "note": "free"});
-        assert_eq!(
-            Fingerprint::of_json(&value, |_| false),
-            Fingerprint::of(&value).unwrap()
-        );
-        let without = json!({"b": [1, 2.0, {"z": null, "a": "x\n"}], "a": -0.0});
-        assert_eq!(
-            Fingerprint::of_json(&value, |k| k == "note"),
-            Fingerprint::of(&without).unwrap()
-        );
-        assert_ne!(
-            Fingerprint::of_json(&value, |k| k == "note"),
-            Fingerprint::of(&value).unwrap()
-        );
-        // Only top-level fields are left out.
-        assert_eq!(
-            Fingerprint::of_json(&json!([{"note": 1}]), |k| k == "note"),
-            Fingerprint::of(&json!([{"note": 1}])).unwrap()
-        );
-    }
 
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {

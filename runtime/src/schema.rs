@@ -44,18 +44,19 @@ pub fn parse_args<A: DeserializeOwned>(
         }
     };
     // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
-    // are read again with their integral floats as integers (kept aside only when there are any).
-    let respelled = has_integral_float(&args).then(|| {
-        let mut copy = args.clone();
-        integral_floats_as_integers(&mut copy);
-        copy
-    });
-    let first = serde_path_to_error::deserialize::<_, A>(args);
-    let first = match (first, respelled) {
-        (Err(err), Some(respelled)) => {
-            serde_path_to_error::deserialize::<_, A>(respelled).map_err(|_| err)
+    // are read as they are first (borrowed, so nothing is copied), and only if that fails again
+    // with their integral floats as integers.
+    let first = if has_integral_float(&args) {
+        match serde_path_to_error::deserialize::<_, A>(&args) {
+            Ok(parsed) => Ok(parsed),
+            Err(err) => {
+                let mut respelled = args;
+                integral_floats_as_integers(&mut respelled);
+                serde_path_to_error::deserialize::<_, A>(respelled).map_err(|_| err)
+            }
         }
-        (first, _) => first,
+    } else {
+        serde_path_to_error::deserialize::<_, A>(args)
     };
     first.map_err(|err| {
         let path = err.path().to_string();

@@ -11,18 +11,21 @@
 //! permits until the call's deadline, and tells the caller, when its timeout passes, whether the
 //! body never got one (then the answer is `BUSY`, and the body never runs).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::fingerprint::{canonical_fields, canonical_json};
 use crate::tool::DEFAULT_RETRY_LIMIT;
-use crate::{texts, ErrorCode, Fingerprint, ToolContext, ToolDefinition, ToolError};
+use crate::{texts, ErrorCode, ToolContext, ToolDefinition, ToolError};
 
 /// How many calls without a key this process keeps failure counts for. Past it, counts whose
 /// window ended are dropped first, then the ones whose window ends soonest.
@@ -102,31 +105,48 @@ impl Limits {
     }
 }
 
-/// One call without a key, as retry limits count it: its tenant, its tool and the fingerprint
-/// of its arguments (those not `#[arg(ignore)]`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct UnkeyedCall {
-    tenant: String,
-    tool: String,
-    fingerprint: Fingerprint,
-}
+/// One call without a key, as retry limits count it: its tenant, its tool and its arguments
+/// (those not `#[arg(ignore)]`), hashed to 128 bits under keys drawn at random once per process.
+/// The count lives in this process's memory only, so it needs no stored fingerprint: a keyed
+/// hash costs a fraction of a SHA-256 on every call, and nobody who does not know the keys can
+/// make two calls share a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct UnkeyedCall(u64, u64);
 
 impl UnkeyedCall {
-    /// The call of `def`'s tool with `args` in `ctx`'s tenant, fingerprinted where the
-    /// arguments lie, without a copy.
+    /// The call of `def`'s tool with `args` in `ctx`'s tenant: its arguments written in the
+    /// canonical form a fingerprint hashes (fields sorted, `5.0` as `5`), into a buffer this
+    /// thread keeps, and hashed twice in one go, so field order and number spelling do not make
+    /// another call.
     pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Self {
-        let ignored = &def.ignored_arguments;
-        let fingerprint = Fingerprint::of_json(args, |name| ignored.iter().any(|i| i == name));
-        UnkeyedCall {
-            tenant: ctx.scope().to_string(),
-            tool: def.name.clone(),
-            fingerprint,
+        static KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
+        thread_local! {
+            static CANONICAL: RefCell<String> = const { RefCell::new(String::new()) };
         }
+        let keys = KEYS.get_or_init(|| (RandomState::new(), RandomState::new()));
+        let ignored = &def.ignored_arguments;
+        CANONICAL.with_borrow_mut(|text| {
+            text.clear();
+            match args {
+                Value::Object(map) => canonical_fields(
+                    map.iter().filter(|(k, _)| !ignored.iter().any(|i| i == *k)),
+                    text,
+                ),
+                other => canonical_json(other, text),
+            }
+            let call = (ctx.scope(), def.name.as_str(), text.as_str());
+            let call = UnkeyedCall(keys.0.hash_one(call), keys.1.hash_one(call));
+            // A buffer grown by one huge call is not kept.
+            if text.capacity() > 64 * 1024 {
+                *text = String::new();
+            }
+            call
+        })
     }
 
-    /// The fingerprint's first hex digits, for logs.
+    /// The hash's first hex digits, for logs.
     fn short(&self) -> String {
-        self.fingerprint.to_hex()[..12].to_string()
+        format!("{:012x}", self.0 >> 16)
     }
 }
 
@@ -138,6 +158,9 @@ struct UnkeyedCounts {
 
 impl UnkeyedCounts {
     fn failures(&self, call: &UnkeyedCall) -> u64 {
+        if self.counts.is_empty() {
+            return 0;
+        }
         match self.counts.get(call) {
             Some((failures, ends)) if *ends > Instant::now() => *failures,
             _ => 0,
@@ -153,13 +176,13 @@ impl UnkeyedCounts {
                     .counts
                     .iter()
                     .min_by_key(|(_, (_, ends))| *ends)
-                    .map(|(call, _)| call.clone());
+                    .map(|(call, _)| *call);
                 if let Some(soonest) = soonest {
                     self.counts.remove(&soonest);
                 }
             }
         }
-        let entry = self.counts.entry(call.clone()).or_insert((0, now));
+        let entry = self.counts.entry(*call).or_insert((0, now));
         if entry.1 <= now {
             *entry = (0, now + window);
         }
@@ -168,7 +191,9 @@ impl UnkeyedCounts {
     }
 
     fn clear(&mut self, call: &UnkeyedCall) {
-        self.counts.remove(call);
+        if !self.counts.is_empty() {
+            self.counts.remove(call);
+        }
     }
 }
 
@@ -331,5 +356,39 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_ne!(a, d);
+    }
+
+    /// What makes two calls one, as a fingerprint reads them: field order at any depth and the
+    /// spelling of an integral number do not; a value's type, nesting and a field's name do.
+    #[test]
+    fn calls_are_one_as_their_fingerprints_are() {
+        let def = ToolDefinition::new("search", "", json!({}), crate::Story::ReadOnly);
+        let ctx = ToolContext::new("run");
+        let call = |args: Value| UnkeyedCall::new(&def, &args, &ctx);
+        let base = call(json!({"q": "x", "n": 5, "f": {"a": [1, -0.0], "b": null}}));
+        assert_eq!(
+            base,
+            call(json!({"f": {"b": null, "a": [1.0, 0]}, "n": 5.0, "q": "x"}))
+        );
+        for other in [
+            json!({"q": "x", "n": "5", "f": {"a": [1, 0], "b": null}}),
+            json!({"q": "x", "n": 5.5, "f": {"a": [1, 0], "b": null}}),
+            json!({"q": "x", "n": 5, "f": {"a": [0, 1], "b": null}}),
+            json!({"q": "x", "n": 5, "f": {"a": [1, 0], "c": null}}),
+            json!({"q": "x", "n": 5, "f": {"a": [1, 0]}, "b": null}),
+            json!({"q": "x", "n": 5, "f": {"a": [1, 0], "b": false}}),
+            json!({"q": "x", "n": 5}),
+        ] {
+            assert_ne!(base, call(other.clone()), "{other}");
+        }
+        let other_tool = ToolDefinition::new("find", "", json!({}), crate::Story::ReadOnly);
+        assert_ne!(
+            base,
+            UnkeyedCall::new(
+                &other_tool,
+                &json!({"q": "x", "n": 5, "f": {"a": [1, 0], "b": null}}),
+                &ctx
+            )
+        );
     }
 }
