@@ -113,6 +113,11 @@ pub struct SqliteStore {
     /// Reads of a file: a connection of their own, so that a read never waits behind a commit
     /// being flushed (WAL readers see the last commit without the write lock).
     reader: Arc<Mutex<Connection>>,
+    /// Reads made on the caller's thread when this connection is free: a reserve that meets a
+    /// live record (a replay, IN_PROGRESS or CONFLICT) is answered without the hop to the
+    /// blocking pool, which costs several times the read. It has no busy timeout, so a read
+    /// that would wait fails at once and the blocking pool reads instead.
+    inline: Arc<Mutex<Connection>>,
     writes: Arc<Writes>,
     clock: Arc<dyn Clock>,
 }
@@ -138,6 +143,9 @@ impl SqliteStore {
         let reader = open()?;
         reader.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
         store.reader = Arc::new(Mutex::new(reader));
+        let inline = open()?;
+        inline.busy_timeout(Duration::ZERO).map_err(unavailable)?;
+        store.inline = Arc::new(Mutex::new(inline));
         Ok(store)
     }
 
@@ -193,6 +201,7 @@ impl SqliteStore {
         let conn = Arc::new(Mutex::new(conn));
         Ok(SqliteStore {
             reader: conn.clone(),
+            inline: conn.clone(),
             conn,
             writes: Arc::new(Writes::default()),
             clock: Arc::new(SystemClock),
@@ -232,6 +241,20 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
+    }
+
+    /// The live record in `key`'s way, read on the caller's thread: `None` when there is none,
+    /// it expired, or the read could not be made at once (the inline connection in use, or the
+    /// read would have waited), and the blocking pool must read.
+    fn live_inline(&self, key: &RecordKey) -> Option<Result<Record, StoreError>> {
+        let conn = self.inline.try_lock().ok()?;
+        if !conn.is_autocommit() {
+            return None;
+        }
+        let stored = read_row(&conn, key).ok()??;
+        drop(conn);
+        let now = to_millis(self.clock.now());
+        (!stored.expired(now)).then(|| stored.to_record(key, now))
     }
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
@@ -597,6 +620,9 @@ impl Store for SqliteStore {
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
+        if let Some(existing) = self.live_inline(key) {
+            return existing.map(Reservation::Existing);
+        }
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
         let tool = tool.to_owned();
         let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
@@ -770,6 +796,9 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        if let Some(live) = self.live_inline(key) {
+            return live.map(Some);
+        }
         let key = key.clone();
         self.read(move |conn, now| match read_row(conn, &key)? {
             Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
@@ -955,6 +984,79 @@ mod tests {
             .unwrap();
         let rows = stmt.query_map([], |row| row.get(0)).unwrap();
         rows.map(Result::unwrap).collect()
+    }
+
+    /// A replay is read on the caller's thread when the inline connection is free, and by the
+    /// blocking pool when it is not, or when the database is locked so that the read would
+    /// wait: the answer is the same record each way, and a write another connection holds the
+    /// lock for is never read before it commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replay_read_inline_or_on_the_pool_answers_alike() {
+        let dir = std::env::temp_dir().join(format!("toolkey-inline-{}", Token::generate()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("inline.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let (key, fp) = (
+            RecordKey::new("acme", "k"),
+            Fingerprint::of(&serde_json::json!(1)).unwrap(),
+        );
+        let lease = Duration::from_secs(30);
+        let Reservation::Reserved { token, .. } = store
+            .reserve(&key, "tool", &fp, &Token::generate(), lease)
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh key was taken")
+        };
+        let outcome = Outcome::Ok(serde_json::json!({"n": 1}));
+        let retain = Duration::from_secs(60);
+        assert!(store
+            .complete(&key, &token, &outcome, retain)
+            .await
+            .unwrap());
+        let replayed = |answer: Reservation| match answer {
+            Reservation::Existing(Record::Completed { outcome, .. }) => outcome,
+            other => panic!("not a replay: {other:?}"),
+        };
+        let token = Token::generate();
+        let reserve = || store.reserve(&key, "tool", &fp, &token, lease);
+        // Inline.
+        assert!(store.live_inline(&key).is_some());
+        assert_eq!(replayed(reserve().await.unwrap()), outcome);
+        // The inline connection in use: the blocking pool reads.
+        {
+            let _held = store.inline.lock().unwrap();
+            assert!(store.live_inline(&key).is_none());
+            assert_eq!(replayed(reserve().await.unwrap()), outcome);
+            assert!(matches!(
+                store.get(&key).await.unwrap(),
+                Some(Record::Completed { .. })
+            ));
+        }
+        // Another process holds the write lock with a change not yet committed: a WAL reader
+        // sees the last commit, inline or not, and never the uncommitted change.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        other
+            .execute(
+                "UPDATE toolkey_records SET outcome = '{not json' WHERE key = 'k'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(replayed(reserve().await.unwrap()), outcome);
+        other.execute_batch("ROLLBACK").unwrap();
+        // An absent key is not read inline as anything: the pool's path reserves it.
+        let fresh = RecordKey::new("acme", "fresh");
+        assert!(store.live_inline(&fresh).is_none());
+        assert!(matches!(
+            store
+                .reserve(&fresh, "tool", &fp, &Token::generate(), lease)
+                .await
+                .unwrap(),
+            Reservation::Reserved { .. }
+        ));
+        drop((store, other));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Writes queued while the connection is busy share one commit; in a shared commit, a write
