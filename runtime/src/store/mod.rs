@@ -82,7 +82,7 @@ impl Token {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Token(format!("{prefix}-{n:x}"))
+        Token(spell_token(prefix, n))
     }
 
     /// A token as a store keeps it.
@@ -100,6 +100,24 @@ impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// `<prefix>-<n in lowercase hex>`, written out by hand: `format!` cost more than the rest of a
+/// token.
+fn spell_token(prefix: &str, n: u64) -> String {
+    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
+    let mut text = String::with_capacity(prefix.len() + 1 + digits as usize);
+    text.push_str(prefix);
+    text.push('-');
+    for shift in (0..digits).rev() {
+        let digit = ((n >> (shift * 4)) & 0xf) as u8;
+        text.push(char::from(if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        }));
+    }
+    text
 }
 
 /// What a finished call ended in: a result of any shape, or a terminal error.
@@ -496,5 +514,30 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
         (**self).clear_failures(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_spelled_as_format_would() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            15,
+            16,
+            255,
+            4096,
+            0xdead_beef,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            assert_eq!(spell_token("p", n), format!("p-{n:x}"));
+        }
+        assert_ne!(Token::generate(), Token::generate());
     }
 }
