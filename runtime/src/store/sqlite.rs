@@ -991,6 +991,8 @@ mod tests {
     /// wait: the answer is the same record each way, and a write another connection holds the
     /// lock for is never read before it commits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The held guard stands for another caller using the inline connection meanwhile.
+    #[allow(clippy::await_holding_lock)]
     async fn a_replay_read_inline_or_on_the_pool_answers_alike() {
         let dir = std::env::temp_dir().join(format!("toolkey-inline-{}", Token::generate()));
         std::fs::create_dir_all(&dir).unwrap();
