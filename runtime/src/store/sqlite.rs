@@ -96,7 +96,11 @@ const FAILURE_SWEEP: i64 = 64;
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
 /// [`SqliteStore::with_clock`] says otherwise); the processes that share a file share the machine's
-/// clock. Calls run on tokio's blocking pool, so the store needs a tokio runtime.
+/// clock. Writes and most reads run on tokio's blocking pool, so the store needs a tokio runtime.
+/// One read does not: a reserve or a status read that meets a live record (a replay, an
+/// `IN_PROGRESS` or a `CONFLICT` answer) reads it on the caller's thread when a connection kept
+/// for that is free, since a point read of a WAL file costs less than the hop to the pool; that
+/// connection never waits for a lock, and a read that would wait goes to the pool.
 ///
 /// ```no_run
 /// use toolkey::store::SqliteStore;
