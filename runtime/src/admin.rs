@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::store::{
-    Cursor, Entry, EntryState, Filter, RecordKey, Resolution, Store, StoreError, Token,
+    Cursor, Entry, EntryState, Filter, RecordKey, Resolution, Store, StoreError, Token, Unreadable,
 };
 
 /// How many records one page of a listing looks at.
@@ -61,6 +61,17 @@ pub enum Resolved {
     },
 }
 
+/// What [`Admin::listing`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// The records the filter admits.
+    pub entries: Vec<Entry>,
+    /// The records in the filter's tenant and key that could not be read, whatever its state,
+    /// tool or age: left as they are, for a person to repair or delete.
+    pub unreadable: Vec<Unreadable>,
+}
+
 /// How many records are in each state, per tool.
 pub type Counts = BTreeMap<(Option<String>, EntryState), u64>;
 
@@ -70,20 +81,33 @@ impl Admin {
         Admin { store }
     }
 
-    /// Up to `max` records that `filter` admits, in key order within each page.
+    /// Up to `max` records that `filter` admits, in key order within each page. A record in
+    /// the filter's scope that cannot be read fails the listing with its
+    /// [`StoreError::Corrupt`]; [`listing`](Self::listing) lists the others beside it.
     pub async fn list(&self, filter: &Filter, max: usize) -> Result<Vec<Entry>, StoreError> {
-        let mut entries = Vec::new();
+        let listing = self.listing(filter, max).await?;
+        match listing.unreadable.first() {
+            Some(unreadable) => Err(unreadable.to_error()),
+            None => Ok(listing.entries),
+        }
+    }
+
+    /// Up to `max` records that `filter` admits, in key order within each page, and every record
+    /// met on the way that could not be read: one corrupt record hides no other.
+    pub async fn listing(&self, filter: &Filter, max: usize) -> Result<Listing, StoreError> {
+        let mut listing = Listing::default();
         let mut cursor: Option<Cursor> = None;
-        while entries.len() < max {
+        while listing.entries.len() < max {
             let page = self.store.list(filter, cursor.as_ref(), PAGE).await?;
-            entries.extend(page.entries);
+            listing.entries.extend(page.entries);
+            listing.unreadable.extend(page.unreadable);
             match page.next {
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
-        entries.truncate(max);
-        Ok(entries)
+        listing.entries.truncate(max);
+        Ok(listing)
     }
 
     /// One record, with its revision; `None` when there is none (or it expired).
@@ -145,6 +169,9 @@ impl Admin {
         let mut cursor: Option<Cursor> = None;
         loop {
             let page = self.store.list(filter, cursor.as_ref(), PAGE).await?;
+            if let Some(unreadable) = page.unreadable.first() {
+                return Err(unreadable.to_error());
+            }
             for entry in page.entries {
                 *counts.entry((entry.tool, entry.state)).or_default() += 1;
             }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use super::{Outcome, RecordKey, Token};
+use super::{Outcome, RecordKey, StoreError, Token};
 use crate::Fingerprint;
 
 /// A record's state as an operator sees it.
@@ -186,6 +186,58 @@ pub struct Page {
     pub entries: Vec<Entry>,
     /// Where the next page starts; `None` when the listing is complete.
     pub next: Option<Cursor>,
+    /// Records of this page in the filter's tenant and key that could not be read: set aside,
+    /// whatever the filter's state, tool or age (none of which can be read from them), so one
+    /// corrupt record neither hides the others nor goes unseen.
+    pub unreadable: Vec<Unreadable>,
+}
+
+impl Page {
+    /// Adds what reading one record gave: an entry the filter admitted (`None`: not admitted,
+    /// or expired), or a corrupt record, set aside. Any other error is the listing's.
+    pub(crate) fn take(
+        &mut self,
+        read: Result<Option<Entry>, StoreError>,
+    ) -> Result<(), StoreError> {
+        match read {
+            Ok(Some(entry)) => self.entries.push(entry),
+            Ok(None) => {}
+            Err(StoreError::Corrupt {
+                tenant,
+                key,
+                detail,
+            }) => self.unreadable.push(Unreadable {
+                key: RecordKey::new(tenant, key),
+                detail,
+            }),
+            Err(other) => return Err(other),
+        }
+        Ok(())
+    }
+}
+
+/// A record that could not be read (a [`StoreError::Corrupt`] one), met by a listing. It is left
+/// as it is, for a person to repair or delete; its `Display` names the key by a short hash.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The record's tenant and key.
+    pub key: RecordKey,
+    /// What could not be read.
+    pub detail: String,
+}
+
+impl Unreadable {
+    /// The error reading the record gave.
+    pub fn to_error(&self) -> StoreError {
+        StoreError::corrupt(&self.key, self.detail.clone())
+    }
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.to_error().fmt(f)
+    }
 }
 
 /// What an operator found out about a record whose outcome nobody knows.

@@ -692,6 +692,44 @@ async fn corrupt_record_is_an_error(cx: Ctx) -> Result<(), String> {
         .await;
     ensure(matches!(reserve, Err(StoreError::Corrupt { .. })), || {
         format!("reserve of a corrupt record gave {reserve:?}")
+    })?;
+    // A listing in its tenant lists every other record and sets the corrupt one aside, once,
+    // even under a filter on state (which cannot be read from it).
+    let neighbour = cx.key("corrupt-neighbour");
+    let token = cx.reserve(&neighbour, &fp(2), cx.long()).await?;
+    cx.store
+        .complete(&neighbour, &token, &Outcome::Ok(json!(1)), cx.long())
+        .await
+        .map_err(err)?;
+    let filter = Filter {
+        tenant: Some(key.tenant.clone()),
+        state: Some(EntryState::Completed),
+        ..Filter::default()
+    };
+    let (mut entries, mut unreadable) = (Vec::new(), Vec::new());
+    let mut cursor: Option<Cursor> = None;
+    for _ in 0..10_000 {
+        let page = cx
+            .store
+            .list(&filter, cursor.as_ref(), 2)
+            .await
+            .map_err(err)?;
+        entries.extend(page.entries);
+        unreadable.extend(page.unreadable);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    ensure(entries.iter().any(|e| e.key == neighbour), || {
+        format!("a corrupt record hid its neighbour from a listing: {entries:?}")
+    })?;
+    ensure(entries.iter().all(|e| e.key != key), || {
+        "a corrupt record was listed as if it were readable".to_string()
+    })?;
+    let set_aside = unreadable.iter().filter(|u| u.key == key).count();
+    ensure(set_aside == 1, || {
+        format!("the corrupt record was set aside {set_aside} times: {unreadable:?}")
     })
 }
 

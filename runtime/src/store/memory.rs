@@ -487,17 +487,18 @@ impl Store for MemoryStore {
             nodes.sort_by(|a, b| (a.tenant(), a.key()).cmp(&(b.tenant(), b.key())));
             let limit = limit.max(1);
             let next = (nodes.len() > limit).then(|| Cursor::after(&nodes[limit - 1].record_key()));
-            let mut entries = Vec::new();
+            let mut page = Page {
+                next,
+                ..Page::default()
+            };
             for node in nodes.into_iter().take(limit) {
                 if node.expired(now) {
                     continue;
                 }
-                let entry = node.fields().to_entry(&node.record_key(), now)?;
-                if filter.admits(&entry, from_millis(now)) {
-                    entries.push(entry);
-                }
+                let read = node.fields().to_entry(&node.record_key(), now);
+                page.take(read.map(|e| Some(e).filter(|e| filter.admits(e, from_millis(now)))))?;
             }
-            Ok(Page { entries, next })
+            Ok(page)
         })
     }
 

@@ -39,7 +39,7 @@ mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution};
+pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution, Unreadable};
 pub use cache::CachedStore;
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
 #[cfg(feature = "postgres")]

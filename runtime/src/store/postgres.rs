@@ -938,12 +938,11 @@ impl Store for PostgresStore {
                 row.try_get::<_, String>(1)
                     .map_err(StoreError::unavailable)?,
             );
-            let (stored, now) = stored_at(row, 2, &key)?;
-            if let Some(entry) = stored.to_entry(&key, now)? {
-                if filter.admits(&entry, from_millis(now)) {
-                    page.entries.push(entry);
-                }
-            }
+            let read = stored_at(row, 2, &key).and_then(|(stored, now)| {
+                let entry = stored.to_entry(&key, now)?;
+                Ok(entry.filter(|e| filter.admits(e, from_millis(now))))
+            });
+            page.take(read)?;
             if rows.len() == limit {
                 page.next = Some(Cursor::after(&key));
             }

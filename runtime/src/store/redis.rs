@@ -1423,13 +1423,14 @@ impl Store for RedisStore {
             {
                 continue;
             }
-            if let Read::Found(stored, now) = parse_read(&key, reply)? {
-                if let Some(entry) = stored.to_entry(&key, now)? {
-                    if filter.admits(&entry, from_millis(now)) {
-                        page.entries.push(entry);
-                    }
+            let read = parse_read(&key, reply).and_then(|read| match read {
+                Read::Found(stored, now) => {
+                    let entry = stored.to_entry(&key, now)?;
+                    Ok(entry.filter(|e| filter.admits(e, from_millis(now))))
                 }
-            }
+                _ => Ok(None),
+            });
+            page.take(read)?;
         }
         page.entries
             .sort_by(|a, b| (&a.key.tenant, &a.key.key).cmp(&(&b.key.tenant, &b.key.key)));

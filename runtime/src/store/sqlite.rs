@@ -865,12 +865,8 @@ impl Store for SqliteStore {
                     row.get::<_, String>(0).map_err(unavailable)?,
                     row.get::<_, String>(1).map_err(unavailable)?,
                 );
-                let stored = stored_at(row, &key, 2)?;
-                if let Some(entry) = stored.to_entry(&key, now)? {
-                    if filter.admits(&entry, from_millis(now)) {
-                        page.entries.push(entry);
-                    }
-                }
+                let read = stored_at(row, &key, 2).and_then(|stored| stored.to_entry(&key, now));
+                page.take(read.map(|e| e.filter(|e| filter.admits(e, from_millis(now)))))?;
                 seen += 1;
                 last = Some(key);
             }
