@@ -493,6 +493,48 @@ fn fingerprint() -> String {
         .to_hex()
 }
 
+/// A record that cannot be read neither stops `list` nor hides the others: every readable
+/// record is listed, the corrupt one is named on the error stream by its key's hash (never its
+/// key), and the command fails so a script notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_is_named_and_hides_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolkey.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let (fp, now) = (fingerprint(), now_ms());
+    for (key, outcome) in [
+        ("invoice:acme:2026-09", "{\"ok\":1}"),
+        ("invoice:acme:2026-10", "{not json"),
+        ("invoice:acme:2026-11", "{\"ok\":3}"),
+    ] {
+        conn.execute(
+            "INSERT INTO toolkey_records (tenant, key, state, token, fingerprint, since_ms,
+                 lease_until_ms, outcome, completed_at_ms, expires_at_ms, tool)
+             VALUES ('shop', ?1, 'completed', ?1, ?2, ?3, ?3, ?4, ?3, ?5, 'send_invoice')",
+            rusqlite::params![key, fp, now, outcome, now + 3_600_000],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let url = format!("sqlite:{}", path.display());
+    let (exit, out, err) = toolkey(&url, &["list", "--tenant", "shop"]).await;
+    assert_eq!(exit, Exit::Failed, "{out}{err}");
+    assert!(out.contains("invoice:acme:2026-09") && out.contains("invoice:acme:2026-11"));
+    assert!(!out.contains("invoice:acme:2026-10"), "{out}");
+    assert!(err.contains("corrupt record (key hash"), "{err}");
+    assert!(err.contains("1 record(s) above could not be read"), "{err}");
+    assert!(
+        !err.contains("2026-10"),
+        "the key's text reached the error: {err}"
+    );
+    let (exit, out, _) = toolkey(&url, &["--json", "list", "--state", "completed"]).await;
+    assert_eq!(exit, Exit::Failed);
+    let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let keys: Vec<&str> = listed.iter().map(|e| e["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["invoice:acme:2026-09", "invoice:acme:2026-11"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_purge_runs_in_batches_while_calls_are_answered() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use toolkey::admin::{Admin, Resolved};
 use toolkey::store::{
     Entry, EntryState, Filter, Outcome, PostgresStore, RecordKey, RedisStore, Resolution,
-    SqliteStore, Store, StoreError, Token,
+    SqliteStore, Store, StoreError, Token, Unreadable,
 };
 
 /// What the command ended in, as its exit code says it.
@@ -196,6 +196,18 @@ where
             let _ = writeln!(err, "error: cannot write the output: {e}");
             Exit::Failed
         }
+        Err(Failure::Unreadable(records)) => {
+            for record in &records {
+                let _ = writeln!(err, "error: {record}");
+            }
+            let _ = writeln!(
+                err,
+                "error: {} record(s) above could not be read and are not listed: they are left \
+                 as they are; repair or delete them in the store by hand",
+                records.len()
+            );
+            Exit::Failed
+        }
     }
 }
 
@@ -203,6 +215,8 @@ enum Failure {
     Usage(String),
     Store(StoreError),
     Io(std::io::Error),
+    /// Records a listing met and could not read.
+    Unreadable(Vec<Unreadable>),
 }
 
 impl From<StoreError> for Failure {
@@ -223,15 +237,22 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
     match cli.command {
         Command::List(args) => {
             let filter = filter(args.filter);
-            let entries = admin.list(&filter, args.limit).await?;
+            let listing = admin.listing(&filter, args.limit).await?;
             let now = store.now().await?;
+            let entries = &listing.entries;
             if cli.json {
                 let rows: Vec<Value> = entries.iter().map(|e| entry_json(e, now)).collect();
                 writeln!(out, "{}", Value::Array(rows))?;
             } else {
-                write_list(out, &entries, now)?;
+                write_list(out, entries, now)?;
             }
-            Ok(Exit::Done)
+            // Every record that could be read is listed; the ones that could not are named on
+            // the error stream, and the command fails.
+            if listing.unreadable.is_empty() {
+                Ok(Exit::Done)
+            } else {
+                Err(Failure::Unreadable(listing.unreadable))
+            }
         }
         Command::Show(args) => {
             let key = RecordKey::new(args.tenant, args.key);
