@@ -247,18 +247,24 @@ impl SqliteStore {
         .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
     }
 
-    /// The live record in `key`'s way, read on the caller's thread: `None` when there is none,
-    /// it expired, or the read could not be made at once (the inline connection in use, or the
-    /// read would have waited), and the blocking pool must read.
-    fn live_inline(&self, key: &RecordKey) -> Option<Result<Record, StoreError>> {
-        let conn = self.inline.try_lock().ok()?;
+    /// `key`'s record read on the caller's thread, if that can be done at once: the inline
+    /// connection free, and the read not waiting for anything.
+    fn read_inline(&self, key: &RecordKey) -> Inline {
+        let Ok(conn) = self.inline.try_lock() else {
+            return Inline::Unread;
+        };
         if !conn.is_autocommit() {
-            return None;
+            return Inline::Unread;
         }
-        let stored = read_row(&conn, key).ok()??;
+        let Ok(stored) = read_row(&conn, key) else {
+            return Inline::Unread;
+        };
         drop(conn);
         let now = to_millis(self.clock.now());
-        (!stored.expired(now)).then(|| stored.to_record(key, now))
+        match stored {
+            Some(stored) if !stored.expired(now) => Inline::Live(stored.to_record(key, now)),
+            _ => Inline::Free,
+        }
     }
 
     /// Overwrites a record's stored outcome with text that is not an outcome, as disk or a
@@ -609,6 +615,16 @@ fn stored_at(
 }
 
 /// Runs one fenced statement; true when it changed a row.
+/// What a read on the caller's thread found.
+enum Inline {
+    /// A live record: the answer.
+    Live(Result<Record, StoreError>),
+    /// No record, or an expired one, as of the read.
+    Free,
+    /// The read could not be made at once: the blocking pool must read.
+    Unread,
+}
+
 fn fenced(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<bool, StoreError> {
     let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
     Ok(stmt.execute(params).map_err(unavailable)? > 0)
@@ -624,9 +640,13 @@ impl Store for SqliteStore {
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        if let Some(existing) = self.live_inline(key) {
-            return existing.map(Reservation::Existing);
-        }
+        // A free key read on this thread is not read again on the pool: it goes to the write,
+        // which reads again under the lock anyway.
+        let read_first = match self.read_inline(key) {
+            Inline::Live(existing) => return existing.map(Reservation::Existing),
+            Inline::Free => false,
+            Inline::Unread => true,
+        };
         let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
         let tool = tool.to_owned();
         let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
@@ -636,10 +656,12 @@ impl Store for SqliteStore {
             // is answered from a plain read (WAL readers never wait for the write lock). Only a
             // free or expired key takes the write lock, and is read again under it: of two
             // processes reserving one key, the second reads the first's committed row.
-            if let Some(stored) = read_row(&lock(&reader), &key)? {
-                let now = to_millis(clock.now());
-                if !stored.expired(now) {
-                    return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
+            if read_first {
+                if let Some(stored) = read_row(&lock(&reader), &key)? {
+                    let now = to_millis(clock.now());
+                    if !stored.expired(now) {
+                        return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
+                    }
                 }
             }
             // The write joins the queue; this thread, already on the blocking pool, runs the
@@ -800,8 +822,10 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        if let Some(live) = self.live_inline(key) {
-            return live.map(Some);
+        match self.read_inline(key) {
+            Inline::Live(live) => return live.map(Some),
+            Inline::Free => return Ok(None),
+            Inline::Unread => {}
         }
         let key = key.clone();
         self.read(move |conn, now| match read_row(conn, &key)? {
@@ -1023,12 +1047,12 @@ mod tests {
         let token = Token::generate();
         let reserve = || store.reserve(&key, "tool", &fp, &token, lease);
         // Inline.
-        assert!(store.live_inline(&key).is_some());
+        assert!(matches!(store.read_inline(&key), Inline::Live(_)));
         assert_eq!(replayed(reserve().await.unwrap()), outcome);
         // The inline connection in use: the blocking pool reads.
         {
             let _held = store.inline.lock().unwrap();
-            assert!(store.live_inline(&key).is_none());
+            assert!(matches!(store.read_inline(&key), Inline::Unread));
             assert_eq!(replayed(reserve().await.unwrap()), outcome);
             assert!(matches!(
                 store.get(&key).await.unwrap(),
@@ -1049,7 +1073,7 @@ mod tests {
         other.execute_batch("ROLLBACK").unwrap();
         // An absent key is not read inline as anything: the pool's path reserves it.
         let fresh = RecordKey::new("acme", "fresh");
-        assert!(store.live_inline(&fresh).is_none());
+        assert!(matches!(store.read_inline(&fresh), Inline::Free));
         assert!(matches!(
             store
                 .reserve(&fresh, "tool", &fp, &Token::generate(), lease)
