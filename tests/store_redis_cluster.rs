@@ -726,36 +726,28 @@ fn local(urls: &[String]) -> bool {
 /// its writes are not acknowledged, and fail closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_primary_loses_no_acknowledged_reservation_with_wait() {
-    let _turn = turn().await;
-    let Some(urls) = cluster().await else { return };
-    if !local(&urls) {
-        return;
-    }
-    for round in 0..rounds() {
-        let without = failover(&urls, Failure::Pause, false).await;
-        let with = failover(&urls, Failure::Pause, true).await;
-        println!("pause, round {round}: without WAIT {without}; with WAIT 1 {with}");
-        assert!(
-            without.reserved > 0 && with.reserved > 0,
-            "{without} / {with}"
-        );
-        assert_eq!(with.lost, 0, "with WAIT: {with}");
-    }
+    no_acknowledged_reservation_is_lost_with_wait(Failure::Pause, "pause").await
 }
 
 /// A primary killed, its replica promoted, the process started again (it rejoins as a replica).
 /// With `WAIT 1`, no reservation answered Reserved is lost; without it, the count is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_primary_loses_no_acknowledged_reservation_with_wait() {
+    no_acknowledged_reservation_is_lost_with_wait(Failure::Kill, "kill").await
+}
+
+/// Fails a primary over as `failure` says, without and with `WAIT 1`, each round: both runs
+/// had reservations answered, and with `WAIT` none of them was lost.
+async fn no_acknowledged_reservation_is_lost_with_wait(failure: Failure, name: &str) {
     let _turn = turn().await;
     let Some(urls) = cluster().await else { return };
     if !local(&urls) {
         return;
     }
     for round in 0..rounds() {
-        let without = failover(&urls, Failure::Kill, false).await;
-        let with = failover(&urls, Failure::Kill, true).await;
-        println!("kill, round {round}: without WAIT {without}; with WAIT 1 {with}");
+        let without = failover(&urls, failure, false).await;
+        let with = failover(&urls, failure, true).await;
+        println!("{name}, round {round}: without WAIT {without}; with WAIT 1 {with}");
         assert!(
             without.reserved > 0 && with.reserved > 0,
             "{without} / {with}"
