@@ -108,12 +108,24 @@ if r == nil then return {'absent'} end
 return reply(now_ms(), r)
 "#;
 
-/// The store's side of a first run: reserve `key` (free) and complete it.
+/// The store's side of a first run: reserve `key` (free) and complete it, kept `RETAIN_MS`.
 pub async fn store_first_run(
     store: &dyn toolkey::store::Store,
     key: &toolkey::store::RecordKey,
     fp: &toolkey::Fingerprint,
     outcome: &toolkey::store::Outcome,
+) {
+    let retain = std::time::Duration::from_millis(RETAIN_MS as u64);
+    store_first_run_kept(store, key, fp, outcome, retain).await
+}
+
+/// [`store_first_run`], the outcome kept for `retain`.
+pub async fn store_first_run_kept(
+    store: &dyn toolkey::store::Store,
+    key: &toolkey::store::RecordKey,
+    fp: &toolkey::Fingerprint,
+    outcome: &toolkey::store::Outcome,
+    retain: std::time::Duration,
 ) {
     let lease = std::time::Duration::from_millis(LEASE_MS as u64);
     let toolkey::store::Reservation::Reserved { token, .. } = store
@@ -123,7 +135,6 @@ pub async fn store_first_run(
     else {
         panic!("a fresh key was taken")
     };
-    let retain = std::time::Duration::from_millis(RETAIN_MS as u64);
     assert!(store.complete(key, &token, outcome, retain).await.unwrap());
 }
 

@@ -93,24 +93,18 @@ fn outcome() -> Outcome {
 /// Fills `store` with first runs of keys `seed-<from>` to `seed-<to - 1>`, each kept an hour.
 async fn fill(store: &dyn Store, from: u64, to: u64) {
     let (fp, outcome) = (fingerprint(), outcome());
-    let (lease, retain) = (
-        Duration::from_millis(LEASE_MS as u64),
-        Duration::from_secs(3600),
-    );
     for n in from..to {
         let key = RecordKey::new(TENANT, format!("seed-{n:07}"));
-        let Reservation::Reserved { token, .. } = store
-            .reserve(&key, "tool", &fp, &Token::generate(), lease)
-            .await
-            .unwrap()
-        else {
-            panic!("a fresh key was taken")
-        };
-        assert!(store
-            .complete(&key, &token, &outcome, retain)
-            .await
-            .unwrap());
+        store_first_run_kept(store, &key, &fp, &outcome, Duration::from_secs(3600)).await;
     }
+}
+
+/// `from..to` in runs of at most 10,000, as inclusive bounds: what one script call fills or
+/// clears.
+fn batches(from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> {
+    (from..to)
+        .step_by(10_000)
+        .map(move |start| (start, (start + 10_000).min(to) - 1))
 }
 
 /// The memory store's bytes per record after `large()` first runs.
@@ -307,9 +301,7 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let fill_redis = || async {
         let mut conn = conn.clone();
         let now = chrono_ms();
-        let mut from = SMALL;
-        while from < large {
-            let to = (from + 10_000).min(large) - 1;
+        for (from, to) in batches(SMALL, large) {
             let _: i64 = script
                 .arg(from)
                 .arg(to)
@@ -320,7 +312,6 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                 .invoke_async(&mut conn)
                 .await
                 .unwrap();
-            from = to + 1;
         }
     };
     sizes(c, rt, "redis", &redis_store, fill_redis);
@@ -334,9 +325,7 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             return 1
             "#,
         );
-        let mut from = 0;
-        while from < large {
-            let to = (from + 10_000).min(large) - 1;
+        for (from, to) in batches(0, large) {
             let _: i64 = script
                 .arg(from)
                 .arg(to)
@@ -344,7 +333,6 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
                 .invoke_async(&mut conn)
                 .await
                 .unwrap();
-            from = to + 1;
         }
     });
 }
