@@ -554,6 +554,38 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
 
+    /// A record's tenant, key and token share one allocation, one after another: a tenant and
+    /// key that spell the same text together ("ab" + "c", "a" + "bc") are still two records,
+    /// found, completed and listed apart.
+    #[tokio::test]
+    async fn tenant_and_key_spelling_the_same_text_are_two_records() {
+        let store = MemoryStore::new();
+        let (a, b) = (RecordKey::new("ab", "c"), RecordKey::new("a", "bc"));
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
+        let lease = Duration::from_secs(30);
+        let mut tokens = Vec::new();
+        for key in [&a, &b] {
+            match store
+                .reserve(key, "tool", &fp, &Token::generate(), lease)
+                .await
+            {
+                Ok(Reservation::Reserved { token, .. }) => tokens.push(token),
+                other => panic!("{key:?} was not free: {other:?}"),
+            }
+        }
+        let done = Outcome::Ok(serde_json::json!("a's"));
+        let retain = Duration::from_secs(60);
+        assert!(store.complete(&a, &tokens[0], &done, retain).await.unwrap());
+        assert!(matches!(
+            store.get(&b).await.unwrap(),
+            Some(Record::InProgress { .. })
+        ));
+        assert!(!store.complete(&b, &tokens[0], &done, retain).await.unwrap());
+        let page = store.list(&Filter::default(), None, 10).await.unwrap();
+        let keys: Vec<&RecordKey> = page.entries.iter().map(|e| &e.key).collect();
+        assert_eq!(keys, [&b, &a]);
+    }
+
     /// Ended counters leave the map once it has doubled since the last sweep.
     #[tokio::test]
     async fn ended_counters_are_swept() {
