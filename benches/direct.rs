@@ -138,13 +138,83 @@ pub async fn store_first_run_kept(
     assert!(store.complete(key, &token, outcome, retain).await.unwrap());
 }
 
-/// The PostgreSQL store, a deadpool pool of 16 beside it, the Redis store, and a
-/// `ConnectionManager` beside it: each server's store and its raw client.
+/// The raw clients the stores are set beside, with a first run's statements and scripts: a
+/// deadpool pool of 16 for PostgreSQL, a `ConnectionManager` for Redis.
+pub struct Direct {
+    pub pool: deadpool_postgres::Pool,
+    pub redis: redis::aio::ConnectionManager,
+    /// `pg_reserve` and `pg_complete`.
+    pg: (String, String),
+    /// `LUA_RESERVE` and `LUA_COMPLETE`, each after `LUA_PRELUDE`.
+    pub lua: (redis::Script, redis::Script),
+}
+
+impl Direct {
+    /// A first run's statements run directly: the reserve and the complete of `key`, each on a
+    /// client of the pool.
+    pub async fn pg_first_run(&self, tenant: &str, key: &str, fp_hex: &str, outcome_text: &str) {
+        let token = toolkey::store::Token::generate();
+        let client = self.pool.get().await.unwrap();
+        let st = client.prepare_cached(&self.pg.0).await.unwrap();
+        let row = client
+            .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
+            .await
+            .unwrap();
+        assert!(row.is_some());
+        drop(client);
+        let client = self.pool.get().await.unwrap();
+        let st = client.prepare_cached(&self.pg.1).await.unwrap();
+        let changed = client
+            .execute(
+                &st,
+                &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+
+    /// A first run's scripts run directly on `key` (a Redis key), the outcome kept `retain_ms`.
+    pub async fn redis_first_run(
+        &self,
+        key: &str,
+        fp_hex: &str,
+        outcome_text: &str,
+        retain_ms: i64,
+    ) {
+        let mut conn = self.redis.clone();
+        let token = toolkey::store::Token::generate();
+        let reply: Vec<Option<Vec<u8>>> = self
+            .lua
+            .0
+            .key(key)
+            .arg(token.as_str())
+            .arg(fp_hex)
+            .arg(LEASE_MS)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
+        let changed: i64 = self
+            .lua
+            .1
+            .key(key)
+            .arg(token.as_str())
+            .arg(outcome_text)
+            .arg(retain_ms)
+            .arg(60_000)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+}
+
+/// The PostgreSQL store, the Redis store, and the raw clients beside them.
 pub async fn connect() -> (
     toolkey::store::PostgresStore,
-    deadpool_postgres::Pool,
     toolkey::store::RedisStore,
-    redis::aio::ConnectionManager,
+    Direct,
 ) {
     use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
     let pg = toolkey::store::PostgresStore::connect(PG_URL)
@@ -166,68 +236,13 @@ pub async fn connect() -> (
         .await
         .expect("Redis for the bench (bash .ci/services.sh)");
     let client = redis::Client::open(REDIS_URL).unwrap();
-    let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
-    (pg, pool, redis_store, conn)
-}
-
-/// A first run's statements run directly: the reserve (`pg_reserve`) and the complete
-/// (`pg_complete`) of `key`, each on a client of `pool`.
-pub async fn pg_first_run(
-    pool: &deadpool_postgres::Pool,
-    (reserve, complete): (&str, &str),
-    tenant: &str,
-    key: &str,
-    fp_hex: &str,
-    outcome_text: &str,
-) {
-    let token = toolkey::store::Token::generate();
-    let client = pool.get().await.unwrap();
-    let st = client.prepare_cached(reserve).await.unwrap();
-    let row = client
-        .query_opt(&st, &[&tenant, &key, &token.as_str(), &fp_hex, &LEASE_MS])
-        .await
-        .unwrap();
-    assert!(row.is_some());
-    drop(client);
-    let client = pool.get().await.unwrap();
-    let st = client.prepare_cached(complete).await.unwrap();
-    let changed = client
-        .execute(
-            &st,
-            &[&tenant, &key, &token.as_str(), &outcome_text, &RETAIN_MS],
-        )
-        .await
-        .unwrap();
-    assert_eq!(changed, 1);
-}
-
-/// A first run's scripts run directly: `LUA_RESERVE` and `LUA_COMPLETE` on `key`.
-pub async fn redis_first_run(
-    conn: &redis::aio::ConnectionManager,
-    (reserve, complete): (&redis::Script, &redis::Script),
-    key: &str,
-    fp_hex: &str,
-    outcome_text: &str,
-) {
-    let mut conn = conn.clone();
-    let token = toolkey::store::Token::generate();
-    let reply: Vec<Option<Vec<u8>>> = reserve
-        .key(key)
-        .arg(token.as_str())
-        .arg(fp_hex)
-        .arg(LEASE_MS)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(reply[0].as_deref(), Some(&b"reserved"[..]));
-    let changed: i64 = complete
-        .key(key)
-        .arg(token.as_str())
-        .arg(outcome_text)
-        .arg(RETAIN_MS)
-        .arg(60_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(changed, 1);
+    let redis = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let script = |body: &str| redis::Script::new(&format!("{LUA_PRELUDE}{body}"));
+    let direct = Direct {
+        pool,
+        redis,
+        pg: (pg_reserve(), pg_complete()),
+        lua: (script(LUA_RESERVE), script(LUA_COMPLETE)),
+    };
+    (pg, redis_store, direct)
 }

@@ -216,7 +216,8 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
          DELETE FROM toolkey_schema_version WHERE table_name = '{TABLE}'"
     );
     let (pg, pool) = rt.block_on(async {
-        let (_, pool, _, _) = connect().await;
+        let (_, _, direct) = connect().await;
+        let pool = direct.pool;
         let client = pool.get().await.unwrap();
         client.batch_execute(&drop_pg).await.unwrap();
         drop(client);
@@ -269,7 +270,7 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             .connect()
             .await
             .unwrap();
-        let (_, _, _, conn) = connect().await;
+        let conn = connect().await.2.redis;
         fill(&redis_store, 0, SMALL).await;
         (redis_store, conn)
     });

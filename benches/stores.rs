@@ -91,7 +91,8 @@ fn stores(c: &mut Criterion) {
     let lease = Duration::from_millis(LEASE_MS as u64);
     let n = AtomicU64::new(0);
 
-    let (pg, pool, redis_store, mut redis_conn) = rt.block_on(connect());
+    let (pg, redis_store, direct) = rt.block_on(connect());
+    let (pool, mut redis_conn) = (&direct.pool, direct.redis.clone());
 
     // A completed record each variant reads.
     let done = RecordKey::new(tenant.clone(), "done");
@@ -125,20 +126,14 @@ fn stores(c: &mut Criterion) {
             store_first_run(&pg, &key, &fp, &outcome).await
         })
     });
-    let (reserve, complete, get) = (pg_reserve(), pg_complete(), pg_get());
+    let get = pg_get();
     let (fp_hex, outcome_text) = (fp.to_hex(), outcome.to_stored());
     group.bench_function("reserve+complete/direct", |b| {
         b.to_async(&rt).iter(|| async {
             let key = fresh(&n);
-            pg_first_run(
-                &pool,
-                (&reserve, &complete),
-                &tenant,
-                &key,
-                &fp_hex,
-                &outcome_text,
-            )
-            .await
+            direct
+                .pg_first_run(&tenant, &key, &fp_hex, &outcome_text)
+                .await
         })
     });
     group.bench_function("get/store", |b| {
@@ -172,32 +167,9 @@ fn stores(c: &mut Criterion) {
     });
     group.finish();
 
-    let (reserve, complete, get) = (
-        Script::new(&format!("{LUA_PRELUDE}{LUA_RESERVE}")),
-        Script::new(&format!("{LUA_PRELUDE}{LUA_COMPLETE}")),
-        Script::new(&format!("{LUA_PRELUDE}{LUA_GET}")),
-    );
+    let get = Script::new(&format!("{LUA_PRELUDE}{LUA_GET}"));
     let direct_done = format!("toolkey-bench-direct:{tenant}:done");
-    rt.block_on(async {
-        let _: redis::Value = reserve
-            .key(&direct_done)
-            .arg("t")
-            .arg(&fp_hex)
-            .arg(LEASE_MS)
-            .invoke_async(&mut redis_conn)
-            .await
-            .unwrap();
-        let changed: i64 = complete
-            .key(&direct_done)
-            .arg("t")
-            .arg(&outcome_text)
-            .arg(600_000)
-            .arg(60_000)
-            .invoke_async(&mut redis_conn)
-            .await
-            .unwrap();
-        assert_eq!(changed, 1);
-    });
+    rt.block_on(direct.redis_first_run(&direct_done, &fp_hex, &outcome_text, 600_000));
     let mut group = c.benchmark_group("redis");
     group.bench_function("reserve+complete/store", |b| {
         b.to_async(&rt).iter(|| async {
@@ -208,14 +180,9 @@ fn stores(c: &mut Criterion) {
     group.bench_function("reserve+complete/direct", |b| {
         b.to_async(&rt).iter(|| async {
             let key = format!("toolkey-bench-direct:{tenant}:{}", fresh(&n));
-            redis_first_run(
-                &redis_conn,
-                (&reserve, &complete),
-                &key,
-                &fp_hex,
-                &outcome_text,
-            )
-            .await
+            direct
+                .redis_first_run(&key, &fp_hex, &outcome_text, RETAIN_MS)
+                .await
         })
     });
     group.bench_function("get/store", |b| {

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use futures_util::future::join_all;
-use redis::Script;
 use serde_json::json;
 use toolkey::store::{Outcome, RecordKey, SqliteStore, Store, Token};
 use toolkey::Fingerprint;
@@ -71,7 +70,7 @@ fn throughput(c: &mut Criterion) {
     });
     group.finish();
 
-    let (pg, pool, redis_store, redis_conn) = rt.block_on(connect());
+    let (pg, redis_store, direct) = rt.block_on(connect());
 
     let mut group = c.benchmark_group("throughput/postgres");
     group.throughput(Throughput::Elements(CALLERS as u64));
@@ -79,22 +78,15 @@ fn throughput(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| join_all((0..CALLERS).map(|_| first_run(&pg, &tenant, &n, &fp, &outcome))))
     });
-    let (reserve, complete) = (pg_reserve(), pg_complete());
-    let direct = || async {
+    let pg_direct = || async {
         let key = format!("k{}", n.fetch_add(1, Ordering::Relaxed));
-        pg_first_run(
-            &pool,
-            (&reserve, &complete),
-            &tenant,
-            &key,
-            &fp_hex,
-            &outcome_text,
-        )
-        .await
+        direct
+            .pg_first_run(&tenant, &key, &fp_hex, &outcome_text)
+            .await
     };
     group.bench_function("64 callers/direct", |b| {
         b.to_async(&rt)
-            .iter(|| join_all((0..CALLERS).map(|_| direct())))
+            .iter(|| join_all((0..CALLERS).map(|_| pg_direct())))
     });
     group.finish();
 
@@ -105,33 +97,24 @@ fn throughput(c: &mut Criterion) {
             join_all((0..CALLERS).map(|_| first_run(&redis_store, &tenant, &n, &fp, &outcome)))
         })
     });
-    let (reserve, complete) = (
-        Script::new(&format!("{LUA_PRELUDE}{LUA_RESERVE}")),
-        Script::new(&format!("{LUA_PRELUDE}{LUA_COMPLETE}")),
-    );
-    let direct = || async {
+    let redis_direct = || async {
         let key = format!(
             "toolkey-bench-direct:{tenant}:k{}",
             n.fetch_add(1, Ordering::Relaxed)
         );
-        redis_first_run(
-            &redis_conn,
-            (&reserve, &complete),
-            &key,
-            &fp_hex,
-            &outcome_text,
-        )
-        .await
+        direct
+            .redis_first_run(&key, &fp_hex, &outcome_text, RETAIN_MS)
+            .await
     };
     group.bench_function("64 callers/direct", |b| {
         b.to_async(&rt)
-            .iter(|| join_all((0..CALLERS).map(|_| direct())))
+            .iter(|| join_all((0..CALLERS).map(|_| redis_direct())))
     });
     group.finish();
 
     // Leave the test database as the bench found it (Redis records leave by their TTL).
     rt.block_on(async {
-        let client = pool.get().await.unwrap();
+        let client = direct.pool.get().await.unwrap();
         client
             .execute("DELETE FROM toolkey_records WHERE tenant = $1", &[&tenant])
             .await
