@@ -470,7 +470,7 @@ async fn two_tools_sharing_a_template_conflict_instead_of_replaying_each_other()
 #[test]
 fn fingerprints_ignore_set_order_through_prepare() {
     let ctx = ctx();
-    let fp = |args: Value| *Tag.prepare(args, &ctx).unwrap().fingerprint().unwrap();
+    let fp = |args: Value| *Tag.prepare(&args, &ctx).unwrap().fingerprint().unwrap();
     // Enough items that a HashSet's iteration order is never its insertion order by luck.
     let labels: Vec<String> = (0..40).map(|i| format!("l{i}")).collect();
     let mut reversed = labels.clone();

@@ -745,7 +745,7 @@ async fn refund_without_hook(ledger: State<Ledger>, order: String) -> Result<Str
 
 /// A worker that reserved the refund's key and died: its reservation is left in the shared store.
 async fn crashed_worker(store: &MemoryStore, tool: &dyn Tool, order: &str) {
-    let call = tool.prepare(json!({"order": order}), &ctx()).unwrap();
+    let call = tool.prepare(&json!({"order": order}), &ctx()).unwrap();
     let key = RecordKey::new("acme-corp", call.key().unwrap().as_str());
     let reserved = store
         .reserve(

@@ -253,7 +253,7 @@ impl Args {
 fn fingerprint(args: Value) -> toolkey::Fingerprint {
     let ctx = ToolContext::new("run");
     *Label
-        .prepare(args, &ctx)
+        .prepare(&args, &ctx)
         .expect("valid arguments")
         .fingerprint()
         .expect("keyed")

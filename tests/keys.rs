@@ -20,7 +20,7 @@ fn ctx() -> ToolContext {
 }
 
 fn prepared(tool: &impl Tool, args: Value) -> (IdempotencyKey, Fingerprint) {
-    let call = tool.prepare(args, &ctx()).expect("valid arguments");
+    let call = tool.prepare(&args, &ctx()).expect("valid arguments");
     (
         call.key().expect("a keyed call").clone(),
         *call.fingerprint().expect("a keyed call"),

@@ -614,7 +614,7 @@ async fn a_count_that_cannot_be_read_before_a_take_over_leaves_the_record() {
     let args = json!({"order": "o-7"});
     // A worker reserved the key and died.
     let rkey = toolbox.record_key("settle", args.clone(), &ctx).unwrap();
-    let call = Settle.prepare(args.clone(), &ctx).unwrap();
+    let call = Settle.prepare(&args, &ctx).unwrap();
     let dead = toolkey::store::Token::generate();
     let reserved = store
         .reserve(

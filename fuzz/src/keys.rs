@@ -153,7 +153,7 @@ fn key_of(name: &str, values: &[String]) -> Result<String, ToolError> {
         args.insert((*param).to_string(), Value::String(value.clone()));
     }
     let ctx = ToolContext::new("run-fuzz");
-    let call = tool_for(name).prepare(Value::Object(args), &ctx)?;
+    let call = tool_for(name).prepare(&Value::Object(args), &ctx)?;
     Ok(call
         .key()
         .expect("a keyed tool's call has a key")

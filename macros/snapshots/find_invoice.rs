@@ -62,7 +62,7 @@ const _: () = {
         }
         fn prepare(
             &self,
-            __args: ::toolkey::__private::serde_json::Value,
+            __args: &::toolkey::__private::serde_json::Value,
             __ctx: &::toolkey::__private::ToolContext,
         ) -> ::core::result::Result<
             ::toolkey::__private::Call,

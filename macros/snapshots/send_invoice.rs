@@ -102,7 +102,7 @@ const _: () = {
         }
         fn prepare(
             &self,
-            __args: ::toolkey::__private::serde_json::Value,
+            __args: &::toolkey::__private::serde_json::Value,
             __ctx: &::toolkey::__private::ToolContext,
         ) -> ::core::result::Result<
             ::toolkey::__private::Call,
@@ -188,7 +188,7 @@ const _: () = {
                     ::toolkey::__private::std::boxed::Box::new(|__args, __ctx| {
                         let __s: __StatusArgs = ::toolkey::__private::parse_args(
                             "invoice_status",
-                            __args,
+                            &__args,
                             ::toolkey::__private::schema_for::<__StatusArgs>,
                         )?;
                         __key(__ctx, &__s.customer, &__s.period)

@@ -22,14 +22,22 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     schema
 }
 
-/// Parses a call's arguments; on failure, names the field and what it expects.
+/// Parses a call's arguments, which stay the caller's; on failure, names the field and what it
+/// expects.
+///
+/// They are read with serde alone first; only arguments that fail are read again, tracking the
+/// path to the field at fault for the error.
 pub fn parse_args<A: DeserializeOwned>(
     tool: &str,
-    args: Value,
+    args: &Value,
     schema: impl FnOnce() -> Value,
 ) -> Result<A, ToolError> {
+    let empty;
     let args = match args {
-        Value::Null => Value::Object(Default::default()),
+        Value::Null => {
+            empty = Value::Object(Default::default());
+            &empty
+        }
         Value::Object(_) => args,
         // serde's derived structs also take their fields as an array, in order: the schema
         // promises an object of named fields, and positional arguments are not what it says.
@@ -43,21 +51,19 @@ pub fn parse_args<A: DeserializeOwned>(
             return Err(texts::arguments_not_an_object(tool, kind));
         }
     };
+    if let Ok(parsed) = A::deserialize(args) {
+        return Ok(parsed);
+    }
     // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
-    // are read as they are first (borrowed, so nothing is copied), and only if that fails again
-    // with their integral floats as integers.
-    let first = if has_integral_float(&args) {
-        match serde_path_to_error::deserialize::<_, A>(&args) {
-            Ok(parsed) => Ok(parsed),
-            Err(err) => {
-                let mut respelled = args;
-                integral_floats_as_integers(&mut respelled);
-                serde_path_to_error::deserialize::<_, A>(respelled).map_err(|_| err)
-            }
+    // are read again with their integral floats as integers.
+    if has_integral_float(args) {
+        let mut respelled = args.clone();
+        integral_floats_as_integers(&mut respelled);
+        if let Ok(parsed) = A::deserialize(&respelled) {
+            return Ok(parsed);
         }
-    } else {
-        serde_path_to_error::deserialize::<_, A>(args)
-    };
+    }
+    let first = serde_path_to_error::deserialize::<_, A>(args);
     first.map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
@@ -151,7 +157,7 @@ mod tests {
     }
 
     fn parse(args: Value) -> Result<Args, ToolError> {
-        parse_args::<Args>("charge", args, || json!({}))
+        parse_args::<Args>("charge", &args, || json!({}))
     }
 
     #[test]

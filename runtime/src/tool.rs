@@ -483,10 +483,11 @@ pub trait Tool: Send + Sync + 'static {
     fn definition(&self) -> ToolDefinition;
 
     /// Validates the arguments and prepares the call: its key and fingerprint (for keyed tools)
-    /// and its body. Invalid arguments are `INVALID_ARGUMENTS`, and nothing is recorded.
+    /// and its body. Invalid arguments are `INVALID_ARGUMENTS`, and nothing is recorded. The
+    /// arguments stay the caller's: a call without a key is counted by them if it fails.
     /// Written by `#[tool]`.
     #[doc(hidden)]
-    fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError>;
+    fn prepare(&self, args: &Value, ctx: &ToolContext) -> Result<Call, ToolError>;
 
     /// The status companion, for keyed tools that have one. Written by `#[tool]`.
     #[doc(hidden)]
@@ -499,7 +500,7 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     fn definition(&self) -> ToolDefinition {
         (**self).definition()
     }
-    fn prepare(&self, args: Value, ctx: &ToolContext) -> Result<Call, ToolError> {
+    fn prepare(&self, args: &Value, ctx: &ToolContext) -> Result<Call, ToolError> {
         (**self).prepare(args, ctx)
     }
     fn status_companion(&self) -> Option<StatusCompanion> {

@@ -369,7 +369,7 @@ impl Toolbox {
     ) -> Result<RecordKey, ToolError> {
         let key = match self.inner.entries.get(tool) {
             Some(Entry::Tool(registered)) => {
-                let call = registered.tool.prepare(args, ctx)?;
+                let call = registered.tool.prepare(&args, ctx)?;
                 call.key()
                     .cloned()
                     .ok_or_else(|| texts::no_record_key(tool))?
@@ -389,7 +389,9 @@ impl Toolbox {
     ///
     /// Keyed tools reserve their key before the body runs; the body runs in a task of its own,
     /// so when the tool's `timeout` passes — or this future is dropped — the caller stops
-    /// waiting but the body goes on and records its outcome.
+    /// waiting but the body goes on and records its outcome. (So do `natural` and `unkeyed`
+    /// bodies. A `read_only` tool without a `timeout` runs in the caller's task: dropping this
+    /// future cancels its read, which changes nothing.)
     ///
     /// # Blocking work
     ///
@@ -446,7 +448,7 @@ impl Toolbox {
         if registered.definition.story != Story::Idempotent {
             return None;
         }
-        let call = registered.tool.prepare(args.clone(), ctx).ok()?;
+        let call = registered.tool.prepare(args, ctx).ok()?;
         let key = call.key?;
         Some((RecordKey::new(ctx.scope(), key.as_str()), call.fingerprint?))
     }

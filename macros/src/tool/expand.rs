@@ -219,7 +219,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     quote!(let __raw = __args.clone();),
                     quote! {
                         .with_recover(#tk::recover(move |__inv: #tk::Invocation| async move {
-                            let __a: __Args = #tk::parse_args(#name, __raw, #tk::schema_for::<__Args>)?;
+                            let __a: __Args = #tk::parse_args(#name, &__raw, #tk::schema_for::<__Args>)?;
                             #(#take_states_again)*
                             let __ctx = __inv.into_context();
                             #tk::IntoRecovered::into_recovered(#recover(#(#call_args_again),*).await)
@@ -280,7 +280,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                             #status,
                             #tk::schema_for::<__StatusArgs>(),
                             #tk::std::boxed::Box::new(|__args, __ctx| {
-                                let __s: __StatusArgs = #tk::parse_args(#status, __args, #tk::schema_for::<__StatusArgs>)?;
+                                let __s: __StatusArgs = #tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
                                 __key(__ctx, #(#args),*)
                             }),
                         ))
@@ -327,7 +327,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
 
                 fn prepare(
                     &self,
-                    __args: #tk::serde_json::Value,
+                    __args: &#tk::serde_json::Value,
                     __ctx: &#tk::ToolContext,
                 ) -> ::core::result::Result<#tk::Call, #tk::ToolError> {
                     #prepare

@@ -94,12 +94,26 @@ impl Limits {
         self.unkeyed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `RETRY_LIMIT` if the call without a key `call` failed as often as `limit` allows.
-    pub(crate) fn refuse_if_reached(&self, tool: &str, tally: &Tally) -> Result<(), ToolError> {
-        let failures = self.counts().failures(&tally.call);
-        if failures >= tally.limit.failures {
-            tracing::warn!(tool = %tool, fingerprint = %tally.call.short(), failures, "retry limit reached: the call was refused without running");
-            return Err(tally.limit.reached(tool, failures, None));
+    /// `RETRY_LIMIT` if the call `tally` counts, of `def`'s tool in `ctx`'s tenant, failed as
+    /// often as its limit allows. A tool none of whose calls has a failure counted is not asked
+    /// for its call's hash.
+    pub(crate) fn refuse_if_reached(
+        &self,
+        def: &ToolDefinition,
+        ctx: &ToolContext,
+        tally: &Tally,
+    ) -> Result<(), ToolError> {
+        let Some(limit) = tally.limit else {
+            return Ok(());
+        };
+        if !self.counts().has(&tally.tool) {
+            return Ok(());
+        }
+        let call = tally.call(def, ctx);
+        let failures = self.counts().failures(&call);
+        if failures >= limit.failures {
+            tracing::warn!(tool = %def.name, fingerprint = %call.short(), failures, "retry limit reached: the call was refused without running");
+            return Err(limit.reached(&def.name, failures, None));
         }
         Ok(())
     }
@@ -150,97 +164,171 @@ impl UnkeyedCall {
     }
 }
 
-/// The failure counts of calls without a key: each call's count and when its window ends.
+/// The failure counts of calls without a key: each call's count, when its window ends and its
+/// tool; and how many calls of each tool have a count, so a tool with none skips the hash.
 #[derive(Default)]
 struct UnkeyedCounts {
-    counts: HashMap<UnkeyedCall, (u64, Instant)>,
+    counts: HashMap<UnkeyedCall, Count>,
+    tools: HashMap<Arc<str>, usize>,
+}
+
+struct Count {
+    failures: u64,
+    ends: Instant,
+    tool: Arc<str>,
 }
 
 impl UnkeyedCounts {
+    /// True when some call of `tool` has a count (whose window may have ended).
+    fn has(&self, tool: &str) -> bool {
+        !self.tools.is_empty() && self.tools.contains_key(tool)
+    }
+
     fn failures(&self, call: &UnkeyedCall) -> u64 {
         if self.counts.is_empty() {
             return 0;
         }
         match self.counts.get(call) {
-            Some((failures, ends)) if *ends > Instant::now() => *failures,
+            Some(count) if count.ends > Instant::now() => count.failures,
             _ => 0,
         }
     }
 
-    fn count(&mut self, call: &UnkeyedCall, window: Duration) -> u64 {
+    /// One more failure of `call`, a call of `tool`; its count in the window.
+    fn count(&mut self, call: &UnkeyedCall, tool: &Arc<str>, window: Duration) -> u64 {
         let now = Instant::now();
         if !self.counts.contains_key(call) && self.counts.len() >= MAX_UNKEYED_COUNTS {
-            self.counts.retain(|_, (_, ends)| *ends > now);
+            let ended: Vec<UnkeyedCall> = self
+                .counts
+                .iter()
+                .filter(|(_, count)| count.ends <= now)
+                .map(|(call, _)| *call)
+                .collect();
+            for call in &ended {
+                self.remove(call);
+            }
             if self.counts.len() >= MAX_UNKEYED_COUNTS {
                 let soonest = self
                     .counts
                     .iter()
-                    .min_by_key(|(_, (_, ends))| *ends)
+                    .min_by_key(|(_, count)| count.ends)
                     .map(|(call, _)| *call);
                 if let Some(soonest) = soonest {
-                    self.counts.remove(&soonest);
+                    self.remove(&soonest);
                 }
             }
         }
-        let entry = self.counts.entry(*call).or_insert((0, now));
-        if entry.1 <= now {
-            *entry = (0, now + window);
+        let count = match self.counts.entry(*call) {
+            std::collections::hash_map::Entry::Occupied(held) => held.into_mut(),
+            std::collections::hash_map::Entry::Vacant(place) => {
+                *self.tools.entry(tool.clone()).or_default() += 1;
+                place.insert(Count {
+                    failures: 0,
+                    ends: now,
+                    tool: tool.clone(),
+                })
+            }
+        };
+        if count.ends <= now {
+            count.failures = 0;
+            count.ends = now + window;
         }
-        entry.0 += 1;
-        entry.0
+        count.failures += 1;
+        count.failures
     }
 
     fn clear(&mut self, call: &UnkeyedCall) {
         if !self.counts.is_empty() {
-            self.counts.remove(call);
+            self.remove(call);
+        }
+    }
+
+    fn remove(&mut self, call: &UnkeyedCall) {
+        let Some(count) = self.counts.remove(call) else {
+            return;
+        };
+        if let std::collections::hash_map::Entry::Occupied(mut calls) = self.tools.entry(count.tool)
+        {
+            *calls.get_mut() -= 1;
+            if *calls.get() == 0 {
+                calls.remove();
+            }
         }
     }
 }
 
-/// Settles one call without a key against its retry limit, once: the caller when its timeout
-/// passes, or the body when it ends, whichever answers the model first.
+/// Settles one call without a key against its retry limit (if its tool has one), once: the
+/// caller when its timeout passes, or the body when it ends, whichever answers the model first.
+///
+/// It keeps the call's arguments and hashes them only when a count is read or written: a call
+/// that succeeds while no call of its tool has a failure counted is never hashed.
 pub(crate) struct Tally {
-    call: UnkeyedCall,
-    limit: Limit,
+    tool: Arc<str>,
+    args: Value,
+    call: OnceLock<UnkeyedCall>,
+    limit: Option<Limit>,
     answered: AtomicBool,
 }
 
 impl Tally {
-    /// A tally of `call` under `limit`.
-    pub(crate) fn new(call: UnkeyedCall, limit: Limit) -> Tally {
+    /// A tally of the call of `tool` with `args` under `limit` (`None`: the limit is off, and
+    /// the tally only keeps the arguments).
+    pub(crate) fn new(tool: Arc<str>, args: Value, limit: Option<Limit>) -> Tally {
         Tally {
-            call,
+            tool,
+            args,
+            call: OnceLock::new(),
             limit,
             answered: AtomicBool::new(false),
         }
     }
 
-    /// Counts `answer`, if the model reads it, and hands it back as the model is told it. Only
-    /// the first side to answer counts (the model reads nothing else): a timed-out call counts
-    /// once, as a timeout, and its body's later ending neither adds a failure nor clears the
-    /// count. A success clears the count; the failure that reaches the limit is answered
-    /// `RETRY_LIMIT`.
+    /// The call's arguments, as the model sent them.
+    pub(crate) fn args(&self) -> &Value {
+        &self.args
+    }
+
+    /// The call as its count is kept, hashed the first time it is asked for.
+    fn call(&self, def: &ToolDefinition, ctx: &ToolContext) -> UnkeyedCall {
+        *self
+            .call
+            .get_or_init(|| UnkeyedCall::new(def, &self.args, ctx))
+    }
+
+    /// Counts `answer` to the call of `def`'s tool in `ctx`, if the model reads it, and hands it
+    /// back as the model is told it. Only the first side to answer counts (the model reads
+    /// nothing else): a timed-out call counts once, as a timeout, and its body's later ending
+    /// neither adds a failure nor clears the count. A success clears the count; the failure that
+    /// reaches the limit is answered `RETRY_LIMIT`.
     pub(crate) fn settle<T>(
         &self,
         limits: &Limits,
-        tool: &str,
+        def: &ToolDefinition,
+        ctx: &ToolContext,
         answer: Result<T, ToolError>,
     ) -> Result<T, ToolError> {
+        let Some(limit) = self.limit else {
+            return answer;
+        };
         if self.answered.swap(true, Ordering::SeqCst) {
             return answer;
         }
         match answer {
             Ok(value) => {
-                limits.counts().clear(&self.call);
+                if limits.counts().has(&self.tool) {
+                    let call = self.call(def, ctx);
+                    limits.counts().clear(&call);
+                }
                 Ok(value)
             }
             Err(err) if counts_as_failure(&err) => {
-                let failures = limits.counts().count(&self.call, self.limit.window);
-                if failures < self.limit.failures {
+                let call = self.call(def, ctx);
+                let failures = limits.counts().count(&call, &self.tool, limit.window);
+                if failures < limit.failures {
                     return Err(err);
                 }
-                tracing::warn!(tool = %tool, fingerprint = %self.call.short(), failures, code = %err.code(), "retry limit reached: the model is told to stop");
-                Err(self.limit.reached(tool, failures, Some(err.code())))
+                tracing::warn!(tool = %def.name, fingerprint = %call.short(), failures, code = %err.code(), "retry limit reached: the model is told to stop");
+                Err(limit.reached(&def.name, failures, Some(err.code())))
             }
             Err(err) => Err(err),
         }
@@ -324,23 +412,34 @@ mod tests {
     async fn memory_counts_are_bounded_and_end_with_their_window() {
         let mut counts = UnkeyedCounts::default();
         let window = Duration::from_secs(60);
-        assert_eq!(counts.count(&call(0), window), 1);
-        assert_eq!(counts.count(&call(0), window), 2);
+        let peek: Arc<str> = "peek".into();
+        assert!(!counts.has("peek"));
+        assert_eq!(counts.count(&call(0), &peek, window), 1);
+        assert_eq!(counts.count(&call(0), &peek, window), 2);
+        assert!(counts.has("peek"));
+        assert!(!counts.has("find"));
         tokio::time::advance(Duration::from_secs(30)).await;
         for n in 1..MAX_UNKEYED_COUNTS as u64 {
-            counts.count(&call(n), window);
+            counts.count(&call(n), &peek, window);
         }
         assert_eq!(counts.counts.len(), MAX_UNKEYED_COUNTS);
         // Full: a new call drops the count whose window ends soonest (the first one's).
-        counts.count(&call(u64::MAX), window);
+        counts.count(&call(u64::MAX), &peek, window);
         assert_eq!(counts.counts.len(), MAX_UNKEYED_COUNTS);
+        assert_eq!(counts.tools["peek"], MAX_UNKEYED_COUNTS);
         assert_eq!(counts.failures(&call(0)), 0);
         assert_eq!(counts.failures(&call(1)), 1);
         // Once every window ended, a new call sweeps them all.
         tokio::time::advance(window).await;
         assert_eq!(counts.failures(&call(1)), 0);
-        assert_eq!(counts.count(&call(u64::MAX - 1), window), 1);
+        let find: Arc<str> = "find".into();
+        assert_eq!(counts.count(&call(u64::MAX - 1), &find, window), 1);
         assert_eq!(counts.counts.len(), 1);
+        // The swept tool has no count left, so its calls are not hashed until one fails.
+        assert!(!counts.has("peek"));
+        assert!(counts.has("find"));
+        counts.clear(&call(u64::MAX - 1));
+        assert!(counts.tools.is_empty());
     }
 
     #[test]

@@ -195,7 +195,7 @@ impl Tool for Wire {
         ToolDefinition::new("wire", "Wires money.", json!({}), Story::Unkeyed)
     }
 
-    fn prepare(&self, _args: Value, _ctx: &ToolContext) -> Result<Call, ToolError> {
+    fn prepare(&self, _args: &Value, _ctx: &ToolContext) -> Result<Call, ToolError> {
         Ok(Call::unkeyed(send(&self.0)))
     }
 }

@@ -17,9 +17,9 @@ async fn handle_event(kind: String) -> Result<(), ToolError> {
 
 fn main() {
     let ctx = ToolContext::new("run-7").with_step(4).with_tenant("acme-corp").with_event("evt-1");
-    let call = Refund.prepare(serde_json::json!({"order": "o-1"}), &ctx).unwrap();
+    let call = Refund.prepare(&serde_json::json!({"order": "o-1"}), &ctx).unwrap();
     assert_eq!(call.key().unwrap().as_str(), "refund:run-7:4");
-    let call = HandleEvent.prepare(serde_json::json!({"kind": "Paid"}), &ctx).unwrap();
+    let call = HandleEvent.prepare(&serde_json::json!({"kind": "Paid"}), &ctx).unwrap();
     assert_eq!(call.key().unwrap().as_str(), "event:acme-corp:evt-1:Paid");
     assert_eq!(HandleEvent.definition().status_tool(), Some("handle_event_status"));
 }

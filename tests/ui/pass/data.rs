@@ -35,7 +35,7 @@ async fn ship(order: String, speed: Speed, address: Address) -> Result<Label, To
 fn main() {
     let ctx = ToolContext::new("run-1");
     let args = json!({"order": "o-1", "speed": "express", "address": {"street": "Main 1", "city": "Berlin"}});
-    let call = Ship.prepare(args, &ctx).unwrap();
+    let call = Ship.prepare(&args, &ctx).unwrap();
     assert_eq!(call.key().unwrap().as_str(), "ship:o-1:express");
     let schema = Ship.definition().input_schema().clone();
     let mut required: Vec<&str> = schema["required"]

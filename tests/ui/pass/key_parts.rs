@@ -39,7 +39,7 @@ fn main() {
         "code": " AbC ",
         "small": 1,
     });
-    let call = BookSeat.prepare(args, &ctx).unwrap();
+    let call = BookSeat.prepare(&args, &ctx).unwrap();
     assert_eq!(
         call.key().unwrap().as_str(),
         "seat:4711:-3:C:true:pro_plus:67e55044-10b1-426f-9247-bb680e5fe0c8:abc"
