@@ -55,6 +55,11 @@ struct Ledger {
     wires: AtomicUsize,
     charges_tried: AtomicUsize,
     exports: AtomicUsize,
+    /// Reads of `watch_balance` begun, and ended.
+    watches: AtomicUsize,
+    watched: AtomicUsize,
+    /// Set to end the watches waiting.
+    watch_ends: tokio::sync::Notify,
 }
 
 /// Send one invoice; a blocked customer's card is declined.
@@ -126,6 +131,15 @@ async fn peek_balance(customer: String) -> Result<String, ToolError> {
     Ok(format!("balance of {customer}: 0"))
 }
 
+/// Wait for a customer's balance to change, and read it.
+#[tool(read_only)]
+async fn watch_balance(ledger: State<Ledger>, customer: String) -> Result<String, ToolError> {
+    ledger.watches.fetch_add(1, Ordering::SeqCst);
+    ledger.watch_ends.notified().await;
+    ledger.watched.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("balance of {customer}: 1"))
+}
+
 /// Turn a customer's paperless flag on.
 #[tool(natural)]
 async fn set_paperless(ledger: State<Ledger>, customer: String) -> Result<bool, ToolError> {
@@ -165,6 +179,7 @@ fn toolbox(ledger: &Arc<Ledger>, tenant_in_spans: bool) -> Toolbox {
         .tool(UnsureRefund)
         .tool(ConfirmOrder)
         .tool(PeekBalance)
+        .tool(WatchBalance)
         .tool(SetPaperless)
         .tool(Wire)
         .approver(|request: &toolkey::ApprovalRequest<'_>| {
@@ -565,11 +580,12 @@ fn each_call_is_one_span_that_says_what_happened_and_no_argument() {
     );
 
     // What the keyed calls waited on in the store: reserve (which reads the retry limit's count
-    // too) and complete; a replay's reserve.
+    // too) and complete; nothing for a replay, read from the memory store's record in the
+    // caller's task; the status companion's read.
     let store_ops = |i: usize| field(calls[i], "toolkey.store_ops").unwrap();
     assert_eq!(
         (store_ops(0), store_ops(1), store_ops(5), store_ops(14)),
-        ("2", "1", "1", "0")
+        ("2", "0", "1", "0")
     );
     // The late call's lease (60 ms) was renewed while its body ran on (200 ms).
     let renewals: u32 = field(calls[7], "toolkey.lease_renewals")
@@ -758,8 +774,9 @@ fn metrics_count_calls_by_tool_and_outcome_and_time_the_store() {
         }
     }
 
-    // Store operations, counted exactly: five send_invoice reserves, two late_invoice, two
-    // unsure_refund, three confirm_order and its three step reserves; the completes of
+    // Store operations, counted exactly: two send_invoice reserves (its replays and conflict
+    // are read from the memory store without one), two late_invoice, two unsure_refund, two
+    // confirm_order (the third is a replay) and its three step reserves; the completes of
     // send_invoice (a result, a declined card), late_invoice, both confirm_order steps and its
     // second call; one unknown mark, one release (the failed send), one status read. The retry
     // limit (on by default) reads the failure count of each call that reserved its key with
@@ -790,7 +807,7 @@ fn metrics_count_calls_by_tool_and_outcome_and_time_the_store() {
             "clear_failures",
         ]
         .map(store),
-        [15, 6, 1, 1, 1, 0, 0, 1, 1]
+        [11, 6, 1, 1, 1, 0, 0, 1, 1]
     );
     // Renewals happened beside the late body, as many as its span counted.
     let spans = seen.spans.lock().unwrap().clone();
@@ -867,6 +884,64 @@ fn a_body_is_in_flight_while_it_runs_after_its_caller_timed_out() {
     // in flight, and the same one came out.
     assert_eq!(*in_flight.lock().unwrap(), vec![1.0, -1.0]);
     assert_eq!(ledger.invoices.lock().unwrap().len(), 1);
+}
+
+/// A `read_only` call without a timeout runs in its caller's task: a caller that drops it ends
+/// its read, and the span and the metrics say `cancelled`; one left to end says `executed`.
+#[test]
+fn a_read_only_call_dropped_by_its_caller_is_cancelled() {
+    let ledger = Arc::new(Ledger::default());
+    let toolbox = toolbox(&ledger, false);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let seen = observed(&recorder, || async {
+        let ctx = ctx();
+        let call = toolbox.call("watch_balance", json!({"customer": "acme"}), &ctx);
+        assert!(tokio::time::timeout(Duration::from_millis(20), call)
+            .await
+            .is_err());
+        let call = toolbox.call("watch_balance", json!({"customer": "acme"}), &ctx);
+        let (answer, ()) = tokio::join!(call, async {
+            while ledger.watches.load(Ordering::SeqCst) < 2 {
+                tokio::task::yield_now().await;
+            }
+            ledger.watch_ends.notify_waiters();
+        });
+        assert_eq!(answer.unwrap().value, json!("balance of acme: 1"));
+    });
+    assert_eq!(ledger.watches.load(Ordering::SeqCst), 2);
+    assert_eq!(ledger.watched.load(Ordering::SeqCst), 1);
+    let spans = seen.spans.lock().unwrap().clone();
+    let outcomes: Vec<Option<&str>> = spans
+        .iter()
+        .filter(|s| s.name == CALL_SPAN)
+        .map(|s| field(s, "toolkey.outcome"))
+        .collect();
+    assert_eq!(outcomes, vec![Some("cancelled"), Some("executed")]);
+    let metrics = metrics_of(&snapshotter);
+    for (outcome, n) in [("cancelled", 1), ("executed", 1)] {
+        let key = (
+            MetricKind::Counter,
+            CALLS.to_string(),
+            labels(&[("outcome", outcome), ("tool", "watch_balance")]),
+        );
+        assert!(
+            matches!(metrics.get(&key), Some(DebugValue::Counter(c)) if *c == n),
+            "{outcome}: {:?}",
+            metrics.get(&key)
+        );
+    }
+    // Both bodies left the in-flight gauge: the dropped one as its read was cancelled.
+    let gauge = (
+        MetricKind::Gauge,
+        BODIES_IN_FLIGHT.to_string(),
+        labels(&[("tool", "watch_balance")]),
+    );
+    assert!(
+        matches!(metrics.get(&gauge), Some(DebugValue::Gauge(g)) if g.into_inner() == 0.0),
+        "{:?}",
+        metrics.get(&gauge)
+    );
 }
 
 /// Over MCP a call has no tool call id; its span carries the `tools/call` request's id instead.

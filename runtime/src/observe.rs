@@ -175,15 +175,17 @@ enum Word {
     InProgress,
     Timeout,
     Unknown,
+    Cancelled,
 }
 
-const WORDS: [Word; 6] = [
+const WORDS: [Word; 7] = [
     Word::Executed,
     Word::Replayed,
     Word::Conflict,
     Word::InProgress,
     Word::Timeout,
     Word::Unknown,
+    Word::Cancelled,
 ];
 
 impl Word {
@@ -195,6 +197,7 @@ impl Word {
             Word::InProgress => "in_progress",
             Word::Timeout => "timeout",
             Word::Unknown => "unknown",
+            Word::Cancelled => "cancelled",
         }
     }
 }
@@ -241,8 +244,8 @@ static METADATA: Metadata<'static> =
 pub(crate) struct ToolTelemetry {
     name: Arc<str>,
     /// [`CALLS`] and [`CALL_DURATION`] for each of [`WORDS`].
-    calls: [Key; 6],
-    durations: [Key; 6],
+    calls: [Key; 7],
+    durations: [Key; 7],
     in_flight: Key,
 }
 
@@ -419,6 +422,11 @@ impl Observed {
             .instrument(self.0.span.clone())
     }
 
+    /// Runs `work` as this call's, as [`scope`](Self::scope) does, when it does not wait.
+    pub(crate) fn in_scope<R>(&self, work: impl FnOnce() -> R) -> R {
+        CURRENT.sync_scope(self.clone(), || self.0.span.in_scope(work))
+    }
+
     /// The call is answered with `answer` (`Ok(replayed)` or the error): records its outcome,
     /// counts it and its latency, and what it cost in the store. Called when the call's task
     /// ends (or, for a call refused before it had one, by the caller). A call whose caller
@@ -477,6 +485,38 @@ impl Observed {
             }
         }
         inner.tool.count(outcome, inner.start.elapsed());
+    }
+}
+
+/// Records a call whose caller went away before it was answered (a `read_only` call run in the
+/// caller's task, whose read ends with it) as `cancelled`, unless [disarmed](Self::disarm) once
+/// it is answered.
+pub(crate) struct CancelGuard<'a>(Option<&'a Observed>);
+
+impl<'a> CancelGuard<'a> {
+    pub(crate) fn new(observed: &'a Observed) -> Self {
+        CancelGuard(Some(observed))
+    }
+
+    /// The call is being answered: nothing to record on drop.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        let Some(observed) = self.0 else {
+            return;
+        };
+        let inner = &*observed.0;
+        if inner
+            .answer
+            .compare_exchange(PENDING, ANSWERED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            observed.answered(Outcome::Word(Word::Cancelled), None);
+        }
     }
 }
 

@@ -92,27 +92,15 @@ pub(super) async fn run(
             Reservation::Existing(record) => record,
         };
         if record.fingerprint() != &fingerprint {
-            exec.stats.conflicts.inc();
-            observe::mark(Happened::Conflict);
-            tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
-            return Err(texts::conflict(
-                def.named(),
+            return Err(conflict(
+                &exec,
+                def,
+                &log_key,
                 matches!(record, Record::Completed { .. }),
             ));
         }
         match record {
-            Record::Completed { outcome, .. } => {
-                exec.stats.replayed.inc();
-                observe::mark(Happened::Replayed);
-                tracing::debug!(tool = %def.name, key = %log_key, "replayed");
-                return match outcome {
-                    Outcome::Ok(value) => Ok(ToolOutput {
-                        value,
-                        replayed: true,
-                    }),
-                    Outcome::Err(err) => Err(err),
-                };
-            }
+            Record::Completed { outcome, .. } => return replay(&exec, def, &log_key, outcome),
             Record::InProgress { since, .. } => {
                 if deadline.is_some_and(|deadline| tokio::time::Instant::now() < deadline) {
                     tokio::time::sleep(poll_interval(settings.wait_in_progress)).await;
@@ -293,6 +281,59 @@ pub(super) async fn run(
         value,
         replayed: false,
     })
+}
+
+/// The answer to a call of `def`'s tool with `fingerprint` whose key holds a completed record
+/// made with `held` and ended in `outcome`, read from memory without a round trip
+/// ([`Store::completed_here`]): its replay, or `CONFLICT` when the record was made with other
+/// arguments. Answered in the caller's task: no body runs.
+pub(super) fn answer_completed(
+    exec: &Executor,
+    def: &ToolDefinition,
+    key: &crate::IdempotencyKey,
+    fingerprint: &crate::Fingerprint,
+    held: &crate::Fingerprint,
+    outcome: Outcome,
+) -> Result<ToolOutput, ToolError> {
+    observe::key(key.as_str());
+    let log_key = key.for_logs();
+    if held != fingerprint {
+        return Err(conflict(exec, def, &log_key, true));
+    }
+    replay(exec, def, &log_key, outcome)
+}
+
+/// `CONFLICT`: the key's record was made by a call with other arguments (`completed`: and its
+/// outcome is recorded).
+fn conflict(
+    exec: &Executor,
+    def: &ToolDefinition,
+    log_key: &dyn std::fmt::Display,
+    completed: bool,
+) -> ToolError {
+    exec.stats.conflicts.inc();
+    observe::mark(Happened::Conflict);
+    tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
+    texts::conflict(def.named(), completed)
+}
+
+/// The recorded outcome, replayed.
+fn replay(
+    exec: &Executor,
+    def: &ToolDefinition,
+    log_key: &dyn std::fmt::Display,
+    outcome: Outcome,
+) -> Result<ToolOutput, ToolError> {
+    exec.stats.replayed.inc();
+    observe::mark(Happened::Replayed);
+    tracing::debug!(tool = %def.name, key = %log_key, "replayed");
+    match outcome {
+        Outcome::Ok(value) => Ok(ToolOutput {
+            value,
+            replayed: true,
+        }),
+        Outcome::Err(err) => Err(err),
+    }
 }
 
 /// True when the body's ending, as the caller will be answered, invites a retry: a retryable

@@ -1,8 +1,12 @@
 //! The executor: runs one call of a tool, whatever its story, given the tool's definition and
 //! prepared call, a store, the shared state and the caller's context.
 //!
-//! Every call runs in a task of its own, so a caller that stops waiting (the tool's `timeout`, or
-//! its future dropped) never cancels the work. A keyed (`idempotent`) call takes
+//! Every call that may change something runs in a task of its own, so a caller that stops
+//! waiting (the tool's `timeout`, or its future dropped) never cancels the work. Two kinds of call
+//! are answered in the caller's task instead, since neither has work to protect: a `read_only`
+//! call without a timeout (dropping it cancels a read), and a keyed call whose completed record
+//! the store holds in this process's memory (a replay or `CONFLICT`, no body runs). A keyed
+//! (`idempotent`) call takes
 //! [the keyed path](keyed): reserve → run → complete or release, with replays, conflicts and
 //! stale reservations settled first. Every other call runs its body, once approved if it is
 //! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
@@ -35,7 +39,7 @@ use crate::tool::{Call, Invocation, KeyFn, Tool, ToolDefinition};
 use crate::{IdempotencyKey, ToolContext, ToolError};
 use async_trait::async_trait;
 use futures_util::FutureExt;
-use limits::{Limit, Limits, Slot, Tally, UnkeyedCall};
+use limits::{Limit, Limits, Slot, Tally};
 use serde_json::{json, Value};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -154,32 +158,26 @@ impl Executor {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let observed = self.observe(telemetry, def.story, ctx);
-        // The approver sees the arguments as the model sent them, once they are known to be valid.
-        let approval_args = (def.story == Story::Unkeyed).then(|| args.clone());
-        // A call without a key has no record to count its failures under: it is counted in
-        // memory by its tool and the arguments that define it.
-        let tally = match Limit::of(def) {
-            Some(limit) if def.story != Story::Idempotent => Some(Arc::new(Tally::new(
-                UnkeyedCall::new(def, &args, ctx),
-                limit,
-            ))),
-            _ => None,
-        };
         let prepared = async {
-            let call = tool.prepare(args, ctx)?;
+            let call = tool.prepare(&args, ctx)?;
+            // A call without a key has no record to count its failures under: it is counted in
+            // memory by its tool and the arguments that define it.
+            let tally = (def.story != Story::Idempotent)
+                .then(|| Arc::new(Tally::new(observed.tool_name(), args, Limit::of(def))));
             if let Some(tally) = &tally {
                 // Refused before anyone is asked to approve it.
                 self.limits
-                    .refuse_if_reached(&def.name, tally)
+                    .refuse_if_reached(def, ctx, tally)
                     .inspect_err(|_| self.stats.retry_limited.inc())?;
+                if def.story == Story::Unkeyed {
+                    // The approver sees the arguments as the model sent them, now known valid.
+                    self.approve(def, tally.args(), ctx).await?;
+                }
             }
-            if let Some(arguments) = approval_args {
-                self.approve(def, &arguments, ctx).await?;
-            }
-            Ok(call)
+            Ok((call, tally))
         };
         match prepared.instrument(observed.span().clone()).await {
-            Ok(call) => {
+            Ok((call, tally)) => {
                 self.run_tallied(def.clone(), call, ctx, tally, &observed)
                     .await
             }
@@ -212,9 +210,9 @@ impl Executor {
         }
     }
 
-    /// Runs a prepared call in a task of its own, and waits for it up to the definition's
-    /// `timeout`. The task goes on when the caller stops waiting, and
-    /// [`shutdown`](Self::shutdown) waits for it.
+    /// Runs a prepared call in a task of its own (unless it is answered in the caller's, see
+    /// the module's docs), and waits for it up to the definition's `timeout`. The task goes on
+    /// when the caller stops waiting, and [`shutdown`](Self::shutdown) waits for it.
     #[cfg(test)]
     pub(crate) async fn run(
         self: &Arc<Self>,
@@ -241,6 +239,14 @@ impl Executor {
     ) -> Result<ToolOutput, ToolError> {
         let timeout = def.settings.timeout;
         let slot = self.limits.slot(&def.name, timeout);
+        if def.story == Story::ReadOnly && timeout.is_none() {
+            return self
+                .run_inline(&def, call, ctx, tally, slot, observed)
+                .await;
+        }
+        if let Some(answer) = self.answer_here(&def, &call, ctx, observed) {
+            return answer;
+        }
         let body = {
             let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
             let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
@@ -248,10 +254,10 @@ impl Executor {
                 let answer = if def.story == Story::Idempotent {
                     keyed::run(exec, def, observed.tool_name(), call, ctx, slot).await
                 } else {
-                    let answer = exec.run_unkeyed(&def, call, ctx, slot).await;
+                    let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;
                     match tally {
                         Some(tally) => tally
-                            .settle(&exec.limits, &def.name, answer)
+                            .settle(&exec.limits, &def, &ctx, answer)
                             .inspect_err(|e| exec.count_retry_limited(e)),
                         None => answer,
                     }
@@ -289,7 +295,7 @@ impl Executor {
                     let timed_out = Err(texts::timed_out(def.named(), def.story, limit));
                     let answer: Result<ToolOutput, ToolError> = match tally {
                         Some(tally) => tally
-                            .settle(&self.limits, &def.name, timed_out)
+                            .settle(&self.limits, &def, ctx, timed_out)
                             .inspect_err(|e| self.count_retry_limited(e)),
                         None => timed_out,
                     };
@@ -303,6 +309,61 @@ impl Executor {
             observed.finish(Err(&err));
             Err(err)
         })
+    }
+
+    /// The answer to a keyed call whose key's completed record the store holds in memory
+    /// ([`Store::completed_here`]): a replay or `CONFLICT`, made in the caller's task with no
+    /// round trip. `None`: the call takes the keyed path in a task of its own.
+    fn answer_here(
+        &self,
+        def: &ToolDefinition,
+        call: &Call,
+        ctx: &ToolContext,
+        observed: &Observed,
+    ) -> Option<Result<ToolOutput, ToolError>> {
+        let (Some(key), Some(fingerprint)) = (&call.key, &call.fingerprint) else {
+            return None;
+        };
+        let rkey = RecordKey::new(ctx.scope(), key.as_str());
+        let Some(Record::Completed {
+            fingerprint: held,
+            outcome,
+            ..
+        }) = self.store.completed_here(&rkey)
+        else {
+            return None;
+        };
+        let answer = observed
+            .in_scope(|| keyed::answer_completed(self, def, key, fingerprint, &held, outcome));
+        observed.finish(answer.as_ref().map(|out| out.replayed));
+        Some(answer)
+    }
+
+    /// A `read_only` call without a timeout, run in the caller's task: it has no effect a
+    /// caller that stops waiting could leave half done, and no deadline another task must keep,
+    /// so it is spared a task of its own. A caller that drops it cancels its read, and its span
+    /// and metrics say `cancelled`.
+    async fn run_inline(
+        &self,
+        def: &ToolDefinition,
+        call: Call,
+        ctx: &ToolContext,
+        tally: Option<Arc<Tally>>,
+        slot: Option<Arc<Slot>>,
+        observed: &Observed,
+    ) -> Result<ToolOutput, ToolError> {
+        let cancelled = observe::CancelGuard::new(observed);
+        let run = self.run_unkeyed(def, call, ctx.clone(), slot);
+        let answer = observed.scope(run).await;
+        let answer = match tally {
+            Some(tally) => tally
+                .settle(&self.limits, def, ctx, answer)
+                .inspect_err(|e| self.count_retry_limited(e)),
+            None => answer,
+        };
+        cancelled.disarm();
+        observed.finish(answer.as_ref().map(|out| out.replayed));
+        answer
     }
 
     /// Counts an answer a [`Tally`] turned into `RETRY_LIMIT` (the keyed path counts its own).

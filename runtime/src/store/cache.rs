@@ -279,6 +279,10 @@ impl<S: Store> Store for CachedStore<S> {
         self.inner.take_over(key, stale, lease).await
     }
 
+    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+        self.cached(key).or_else(|| self.inner.completed_here(key))
+    }
+
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         if let Some(record) = self.cached(key) {
             return Ok(Some(record));

@@ -370,6 +370,17 @@ impl Store for MemoryStore {
         })
     }
 
+    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+        self.with(|records, now| {
+            let node = records.get(key)?;
+            if node.state != State::Completed || node.expired(now) {
+                return None;
+            }
+            // A record that cannot be read is left to `reserve`, which reports it.
+            node.fields().to_record(key, now).ok()
+        })
+    }
+
     async fn complete(
         &self,
         key: &RecordKey,

@@ -354,6 +354,19 @@ pub trait Store: Send + Sync + 'static {
     /// Reads a record, as status answers need it.
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError>;
 
+    /// The completed record of `key`, if this store holds it in this process's memory and can
+    /// read it without waiting: a replay answered from it makes no round trip, and runs in its
+    /// caller's task. `None` (what the trait does by default) when it holds none or cannot tell
+    /// without asking; the call then [reserves](Self::reserve) as usual. A record past its
+    /// retention is never returned.
+    ///
+    /// Only completed records are asked for: their outcome is final, so one read here is the
+    /// record `reserve` would return.
+    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+        let _ = key;
+        None
+    }
+
     /// Deletes at most `limit` completed records past their retention; returns how many. Call
     /// it again while it returns `limit`: small batches keep every call's answer quick while it
     /// runs.
@@ -481,6 +494,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await
+    }
+    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+        (**self).completed_here(key)
     }
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         (**self).purge_expired(limit).await
