@@ -374,8 +374,14 @@ where
     let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
     // A task spawned from a worker thread waits in that worker's own slot, which no other worker
     // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
-    // worker handles) before a body that blocks this thread can keep it there.
-    tokio::task::yield_now().await;
+    // worker handles) before a body that blocks this thread can keep it there. A current-thread
+    // runtime has no other worker: the renewal runs whenever the body waits, and the yield would
+    // only cost a turn of the scheduler.
+    if tokio::runtime::Handle::current().runtime_flavor()
+        != tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        tokio::task::yield_now().await;
+    }
     drop(handover);
     let done = AssertUnwindSafe(work).catch_unwind().await;
     if renewal.lost() {
