@@ -944,3 +944,85 @@ async fn once_outside_a_keyed_tool_is_an_error_not_a_silent_repeat() {
         .unwrap_err();
     assert!(err.message().contains("needs a keyed tool"));
 }
+
+/// Refund one order; its record is kept for an hour.
+#[tool(
+    idempotent(key = "refund:<order>"),
+    name = "refund_kept",
+    retain = "1h"
+)]
+async fn refund_kept(ledger: State<Ledger>, order: String) -> Result<String, ToolError> {
+    ledger.refunds.lock().unwrap().push(order.clone());
+    Ok(format!("refund-of-{order}"))
+}
+
+/// A replay read from memory in the caller's task (the memory store's record, or the local
+/// cache's) is the store's answer: within retention and the caller's tenant only, a `CONFLICT`
+/// for other arguments, and a new run once the record has expired.
+#[tokio::test]
+async fn a_replay_from_memory_keeps_retention_and_tenants() {
+    let clock = Arc::new(ManualClock::new());
+    let memory = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+        ("memory", memory.clone()),
+        (
+            "cached",
+            Arc::new(
+                toolkey::store::CachedStore::new(MemoryStore::with_clock(clock.clone()), 1 << 20)
+                    .with_clock(clock.clone()),
+            ),
+        ),
+    ];
+    for (name, store) in stores {
+        let ledger = Arc::new(Ledger::default());
+        let toolbox = Toolbox::builder()
+            .shared_store(store)
+            .shared_state(ledger.clone())
+            .tool(RefundKept)
+            .tool(RefundWithoutHook)
+            .build()
+            .unwrap();
+        let refunds = || ledger.refunds.lock().unwrap().len();
+        let call = |tenant: &str| {
+            let ctx = ToolContext::new("run-1").with_tenant(tenant);
+            let toolbox = &toolbox;
+            async move {
+                toolbox
+                    .call("refund_kept", json!({"order": "o-1"}), &ctx)
+                    .await
+            }
+        };
+        assert!(!call("acme").await.unwrap().replayed, "{name}");
+        for _ in 0..3 {
+            let out = call("acme").await.unwrap();
+            assert!(out.replayed, "{name}");
+            assert_eq!(out.value, json!("refund-of-o-1"), "{name}");
+        }
+        assert_eq!(refunds(), 1, "{name}");
+        // Another tenant's key is another record.
+        assert!(!call("globex").await.unwrap().replayed, "{name}");
+        assert_eq!(refunds(), 2, "{name}");
+        // Another tool under the same key text is a CONFLICT, answered from memory as well.
+        let err = toolbox
+            .call(
+                "refund_blind",
+                json!({"order": "o-1"}),
+                &ToolContext::new("run-1").with_tenant("acme"),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::Conflict), "{name}: {err:?}");
+        assert_eq!(refunds(), 2, "{name}");
+        // Past its retention the record is gone: the call runs again, once.
+        clock.advance(Duration::from_secs(3601));
+        assert!(!call("acme").await.unwrap().replayed, "{name}");
+        assert!(call("acme").await.unwrap().replayed, "{name}");
+        assert_eq!(refunds(), 3, "{name}");
+        let stats = toolbox.stats();
+        assert_eq!(
+            (stats.executed, stats.replayed, stats.conflicts),
+            (3, 4, 1),
+            "{name}"
+        );
+    }
+}
