@@ -2,13 +2,16 @@
 //! ledger: a body that blocks its thread past its lease, an outcome whose first write fails, a
 //! reserve whose reply is lost, and a call whose lease was taken over.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
-use toolkey::store::{ManualClock, MemoryStore, Store};
-use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+use toolkey::store::{
+    ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
+};
+use toolkey::{tool, ErrorCode, Fingerprint, State, ToolContext, ToolError, Toolbox};
 
 /// The outside system: picks made per order, and what a lookup finds.
 #[derive(Default)]
@@ -289,4 +292,182 @@ async fn a_body_after_a_take_over_is_renewed_once_per_period() {
     assert!((25..=35).contains(&renews), "{renews} renewals");
     assert_eq!(warehouse.picks(), 1);
     assert!(toolbox.shutdown().await.is_clean());
+}
+
+/// Pick an order once the gate opens, with no way to look it up; a short lease.
+#[tool(
+    idempotent(key = "gated-pick:<order>"),
+    lease = "300ms",
+    timeout = "50ms"
+)]
+async fn gated_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    Ok(warehouse.pick(&order).await)
+}
+
+/// A renewal the store holds up holds up no other lease: the first call's renewal hangs and its
+/// lease lapses (a retry is told the outcome is unknown), while the second call's lease is
+/// renewed all along (a retry finds it in progress). Each order is picked once, when the gate
+/// opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_store_holds_up_holds_up_no_other_lease() {
+    let warehouse = Arc::new(Warehouse::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *warehouse.gate.lock().unwrap() = Some(gate.clone());
+    let store = Arc::new(FaultyStore::new(
+        MemoryStore::new(),
+        Plan::script([(Op::Renew, Fault::Delay(Duration::from_secs(30)))]),
+    ));
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(warehouse.clone())
+        .tool(GatedPick)
+        .build()
+        .unwrap();
+    let pick = |order: &'static str| {
+        let toolbox = &toolbox;
+        async move {
+            toolbox
+                .call("gated_pick", json!({ "order": order }), &ctx())
+                .await
+                .unwrap_err()
+        }
+    };
+    // The first call's first renewal (due 100 ms in) is the one held up.
+    assert!(pick("o-1").await.is(ErrorCode::Timeout));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(pick("o-2").await.is(ErrorCode::Timeout));
+    // Three leases later.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let err = pick("o-1").await;
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    let err = pick("o-2").await;
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    assert!(
+        store.calls(Op::Renew) >= 6,
+        "the second lease was renewed every 100 ms: {}",
+        store.calls(Op::Renew)
+    );
+    assert_eq!(warehouse.picks(), 0);
+    gate.notify_waiters();
+    assert!(toolbox.shutdown().await.is_clean());
+    assert_eq!(warehouse.picks(), 2);
+}
+
+/// A memory store whose first lease renewal panics.
+struct PanicsOnceOnRenew {
+    inner: MemoryStore,
+    panicked: std::sync::atomic::AtomicBool,
+    renewals: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for PanicsOnceOnRenew {
+    async fn reserve(
+        &self,
+        key: &RecordKey,
+        tool: &str,
+        fingerprint: &Fingerprint,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Reservation, StoreError> {
+        self.inner
+            .reserve(key, tool, fingerprint, token, lease)
+            .await
+    }
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        outcome: &Outcome,
+        retain: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner.complete(key, token, outcome, retain).await
+    }
+    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        if !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("a store bug while renewing");
+        }
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew(key, token, lease).await
+    }
+    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
+        self.inner.mark_unknown(key, token).await
+    }
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        stale: &Token,
+        lease: Duration,
+    ) -> Result<Option<Token>, StoreError> {
+        self.inner.take_over(key, stale, lease).await
+    }
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+    async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
+        self.inner.now().await
+    }
+    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
+        self.inner.count_failure(key, window).await
+    }
+    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
+        self.inner.failures(key).await
+    }
+    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.inner.clear_failures(key).await
+    }
+}
+
+/// A store that panics while renewing a lease stops no renewal: the panic fails that renewal,
+/// which is tried again soon, as after any failed renewal. Were the renewal to stop, the first
+/// call's lease would lapse under its running body; both calls are still in progress three
+/// leases later, and each order is picked once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_panics_while_renewing_stops_no_renewal() {
+    let warehouse = Arc::new(Warehouse::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *warehouse.gate.lock().unwrap() = Some(gate.clone());
+    let store = Arc::new(PanicsOnceOnRenew {
+        inner: MemoryStore::new(),
+        panicked: Default::default(),
+        renewals: Default::default(),
+    });
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(warehouse.clone())
+        .tool(GatedPick)
+        .build()
+        .unwrap();
+    let pick = |order: &'static str| {
+        let toolbox = &toolbox;
+        async move {
+            toolbox
+                .call("gated_pick", json!({ "order": order }), &ctx())
+                .await
+                .unwrap_err()
+        }
+    };
+    assert!(pick("o-1").await.is(ErrorCode::Timeout));
+    assert!(pick("o-2").await.is(ErrorCode::Timeout));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    for order in ["o-1", "o-2"] {
+        let err = pick(order).await;
+        assert!(err.is(ErrorCode::InProgress), "{order}: {err:?}");
+    }
+    assert!(store.panicked.load(Ordering::SeqCst));
+    assert!(store.renewals.load(Ordering::SeqCst) >= 6);
+    gate.notify_waiters();
+    assert!(toolbox.shutdown().await.is_clean());
+    assert_eq!(warehouse.picks(), 2);
 }

@@ -57,7 +57,16 @@ impl Renewal {
                 let mut wait = period;
                 loop {
                     tokio::time::sleep(wait).await;
-                    match observe::store(StoreOp::Renew, store.renew(&rkey, &token, lease)).await {
+                    // A store that panics while renewing fails this renewal, not the ones after
+                    // it: a renewal that stopped would let the lease lapse under a running body.
+                    let renew = AssertUnwindSafe(store.renew(&rkey, &token, lease)).catch_unwind();
+                    let renewed = match observe::store(StoreOp::Renew, renew).await {
+                        Ok(renewed) => renewed,
+                        Err(_) => Err(StoreError::unavailable(
+                            "the store panicked while renewing the lease",
+                        )),
+                    };
+                    match renewed {
                         Ok(true) => {
                             renewals.renewed();
                             wait = period;
