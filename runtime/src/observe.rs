@@ -43,6 +43,7 @@
 //! | `in_progress` | the key's first call was still running |
 //! | `timeout` | the caller stopped waiting |
 //! | `unknown` | the outcome is unknown: a stale reservation without a recover hook, or a body that said so |
+//! | `cancelled` | the caller dropped a `read_only` call without a `timeout` before it was answered (it runs in the caller's task, so its read ended there) |
 //! | an error code | the body ran and failed (`PAYMENT_DECLINED`), or the call was refused before anything ran (`INVALID_ARGUMENTS`, `STORE_UNAVAILABLE`, `APPROVAL_REQUIRED`, `RETRY_LIMIT`, `BUSY`, ...) |
 //!
 //! Error codes are upper case and toolkey's words lower case, so a tool's own `CONFLICT` is
