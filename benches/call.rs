@@ -207,6 +207,36 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    // The same calls made from a task on the runtime's workers, as a server's request handlers
+    // make them: the body's task starts on the caller's worker, with no thread to wake.
+    let n = Arc::new(AtomicU64::new(0));
+    let shared = Arc::new(toolbox);
+    group.bench_function(
+        "keyed first call (memory, 2 workers, caller on a worker)",
+        |b| {
+            b.iter_custom(|iters| {
+                let (toolbox, ctx, n) = (shared.clone(), ctx.clone(), n.clone());
+                multi
+                    .block_on(multi.spawn(async move {
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            let customer = format!("w{}", n.fetch_add(1, Ordering::Relaxed));
+                            let out = toolbox
+                            .call(
+                                "send_invoice",
+                                json!({"customer": customer, "period": "2026-10", "amount": 100.0}),
+                                &ctx,
+                            )
+                            .await
+                            .unwrap();
+                            assert!(!out.replayed);
+                        }
+                        start.elapsed()
+                    }))
+                    .unwrap()
+            })
+        },
+    );
     group.finish();
 }
 
