@@ -1068,3 +1068,53 @@ fn retry_limit_and_busy_answers_are_their_codes() {
         [1, 2, 1, 1]
     );
 }
+
+/// An operator's `resolve` is logged with the record's key by hash, and its tenant in clear only
+/// when the toolbox lets spans name tenants; otherwise by hash too.
+#[test]
+fn an_operators_resolve_names_the_tenant_only_when_the_toolbox_allows_it() {
+    for allowed in [false, true] {
+        let ledger = Arc::new(Ledger::default());
+        let toolbox = toolbox(&ledger, allowed);
+        let seen = observed(&DebuggingRecorder::new(), || async {
+            let order = json!({"order": "order-secret-6120"});
+            let err = toolbox.call("unsure_refund", order, &ctx()).await;
+            assert_eq!(err.unwrap_err().code(), "OUTCOME_UNKNOWN");
+            let admin = toolbox.admin();
+            let filter = toolkey::store::Filter {
+                tenant: Some("tenant-secret-3301".into()),
+                ..Default::default()
+            };
+            let entries = admin.list(&filter, 10).await.unwrap();
+            assert_eq!(entries.len(), 1);
+            let resolved = admin
+                .resolve(
+                    &entries[0].key,
+                    &entries[0].revision,
+                    &toolkey::store::Resolution::NotDone,
+                )
+                .await
+                .unwrap();
+            assert_eq!(resolved, toolkey::admin::Resolved::Applied);
+        });
+        let events = seen.events.lock().unwrap().clone();
+        let resolved: Vec<&EventSeen> = events
+            .iter()
+            .filter(|e| {
+                e.fields.get("message").map(String::as_str)
+                    == Some("an operator resolved an unknown record")
+            })
+            .collect();
+        assert_eq!(resolved.len(), 1, "allowed: {allowed}");
+        let fields = &resolved[0].fields;
+        assert_eq!(
+            fields.get("tenant").map(String::as_str),
+            allowed.then_some("tenant-secret-3301"),
+        );
+        assert_eq!(fields.contains_key("tenant_hash"), !allowed);
+        assert!(!fields.values().any(|v| v.contains("order-secret-6120")));
+        if !allowed {
+            assert!(!fields.values().any(|v| v.contains("tenant-secret-3301")));
+        }
+    }
+}

@@ -37,9 +37,14 @@ use crate::store::{
 const PAGE: usize = 500;
 
 /// Operator operations on a store. Cheap to clone.
+///
+/// What it logs names a record's key by hash, and its tenant only when allowed
+/// ([`tenant_in_logs`](Self::tenant_in_logs); a toolbox's [`admin`](crate::Toolbox::admin)
+/// allows it as [`tenant_in_spans`](crate::ToolboxBuilder::tenant_in_spans) does).
 #[derive(Clone)]
 pub struct Admin {
     store: Arc<dyn Store>,
+    tenant_in_logs: bool,
 }
 
 impl std::fmt::Debug for Admin {
@@ -76,9 +81,19 @@ pub struct Listing {
 pub type Counts = BTreeMap<(Option<String>, EntryState), u64>;
 
 impl Admin {
-    /// Operator operations on `store`.
+    /// Operator operations on `store`; its logs name tenants by hash.
     pub fn new(store: Arc<dyn Store>) -> Admin {
-        Admin { store }
+        Admin {
+            store,
+            tenant_in_logs: false,
+        }
+    }
+
+    /// Lets the logs name a record's tenant in clear (`true`), or only by hash (the default):
+    /// tenants are often customer names.
+    pub fn tenant_in_logs(mut self, on: bool) -> Admin {
+        self.tenant_in_logs = on;
+        self
     }
 
     /// Up to `max` records that `filter` admits, in key order within each page. A record in
@@ -129,12 +144,14 @@ impl Admin {
         resolution: &Resolution,
     ) -> Result<Resolved, StoreError> {
         if self.store.resolve(key, seen, resolution).await? {
-            tracing::info!(
-                tenant = %key.tenant,
-                key = %crate::key::log_hash(&key.key),
-                done = matches!(resolution, Resolution::Done { .. }),
-                "an operator resolved an unknown record"
-            );
+            let done = matches!(resolution, Resolution::Done { .. });
+            let key_hash = crate::key::log_hash(&key.key);
+            if self.tenant_in_logs {
+                tracing::info!(tenant = %key.tenant, key = %key_hash, done, "an operator resolved an unknown record");
+            } else {
+                let tenant_hash = crate::key::log_hash(&key.tenant);
+                tracing::info!(tenant_hash = %tenant_hash, key = %key_hash, done, "an operator resolved an unknown record");
+            }
             return Ok(Resolved::Applied);
         }
         Ok(Resolved::Refused {

@@ -333,9 +333,11 @@ impl Toolbox {
         self.inner.exec.store()
     }
 
-    /// Operator operations on the toolbox's store: list, show, resolve, purge.
+    /// Operator operations on the toolbox's store: list, show, resolve, purge. Its logs name a
+    /// tenant in clear only when the toolbox's spans may ([`ToolboxBuilder::tenant_in_spans`]).
     pub fn admin(&self) -> Admin {
-        Admin::new(self.inner.exec.store().clone())
+        let exec = &self.inner.exec;
+        Admin::new(exec.store().clone()).tenant_in_logs(exec.tenant_in_spans())
     }
 
     /// The record a call of `tool` with `args` would use, in `ctx`'s tenant: how an operator

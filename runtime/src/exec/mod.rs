@@ -136,6 +136,11 @@ impl Executor {
         self.limits.limit_concurrency(tool, limit);
     }
 
+    /// True when spans (and an operator's logs) may name a call's tenant.
+    pub(crate) fn tenant_in_spans(&self) -> bool {
+        self.telemetry.tenant
+    }
+
     /// The store that enforces keys.
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
