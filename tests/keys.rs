@@ -298,3 +298,51 @@ async fn the_status_companion_derives_the_same_key() {
     assert_eq!(status("acme:2026", "10").await, "not_found");
     assert_eq!(status("acme", "2026-10").await, "not_found");
 }
+
+/// Book a seat on a flight.
+#[tool(idempotent(key = "seat:<flight>"))]
+async fn book_seat(
+    flight: String,
+    seat: String,
+    price: f64,
+    bags: u8,
+    meal: Option<String>,
+    window: bool,
+) -> Result<String, ToolError> {
+    let _ = (price, bags, meal, window);
+    Ok(format!("{flight}/{seat}"))
+}
+
+/// The bytes a fingerprint hashes, pinned: the tool's name as a JSON string, a newline, then the
+/// defining arguments (the key's fields left out) as canonical JSON: keys sorted, no white
+/// space, `120.0` as `120`, strings escaped as serde_json escapes them. Fingerprints already
+/// stored were made this way, and a call made now must match them.
+#[test]
+fn a_fingerprint_hashes_the_canonical_text_of_its_arguments() {
+    use sha2::{Digest, Sha256};
+    let expect = |text: &str| {
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let cases = [
+        (
+            json!({"flight": "LH 400", "seat": "12A", "price": 120.0, "bags": 2, "meal": null, "window": true}),
+            "\"book_seat\"\n{\"bags\":2,\"meal\":null,\"price\":120,\"seat\":\"12A\",\"window\":true}",
+        ),
+        (
+            json!({"window": false, "meal": "vegan \"plus\"\n", "bags": 0, "price": 120.5, "seat": "1C", "flight": "LH 400"}),
+            "\"book_seat\"\n{\"bags\":0,\"meal\":\"vegan \\\"plus\\\"\\n\",\"price\":120.5,\"seat\":\"1C\",\"window\":false}",
+        ),
+        (
+            json!({"flight": "x", "seat": "é🧾", "price": -0.0, "bags": 255, "window": true}),
+            "\"book_seat\"\n{\"bags\":255,\"meal\":null,\"price\":0,\"seat\":\"é🧾\",\"window\":true}",
+        ),
+    ];
+    for (args, text) in cases {
+        let (_, fingerprint) = prepared(&BookSeat, args.clone());
+        assert_eq!(fingerprint.to_hex(), expect(text), "{args}");
+    }
+}

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod direct;
+
 /// The SHA-256 of the canonical JSON of a call's defining arguments.
 ///
 /// Same key and same fingerprint is a retry (replayed); same key and another fingerprint is a
@@ -49,14 +51,19 @@ impl Fingerprint {
         args: &T,
         schema: &FingerprintSchema,
     ) -> Result<Fingerprint, serde_json::Error> {
-        let mut value = serde_json::to_value(args)?;
         let (schema, has_sets) = schema.get();
-        if has_sets {
-            sort_sets(&mut value, &[schema], schema, 0);
-        }
         let mut hasher = HashSink(Sha256::new());
         write_string(tool, &mut hasher).expect("hashing cannot fail");
         hasher.0.update(b"\n");
+        // A struct of scalars (most tools' arguments) is written as it is, without building its
+        // value first; the bytes are the same (see `direct`). Sets must be sorted in the value.
+        if !has_sets && direct::write_fields(args, &mut hasher).is_ok() {
+            return Ok(Fingerprint(hasher.0.finalize().into()));
+        }
+        let mut value = serde_json::to_value(args)?;
+        if has_sets {
+            sort_sets(&mut value, &[schema], schema, 0);
+        }
         write_canonical(&value, &mut hasher).expect("hashing cannot fail");
         Ok(Fingerprint(hasher.0.finalize().into()))
     }
