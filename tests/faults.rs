@@ -2,16 +2,13 @@
 //! ledger: a body that blocks its thread past its lease, an outcome whose first write fails, a
 //! reserve whose reply is lost, and a call whose lease was taken over.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
-use toolkey::store::{
-    ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
-};
-use toolkey::{tool, ErrorCode, Fingerprint, State, ToolContext, ToolError, Toolbox};
+use toolkey::store::{ManualClock, MemoryStore, Store};
+use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 
 /// The outside system: picks made per order, and what a lookup finds.
 #[derive(Default)]
@@ -304,129 +301,78 @@ async fn gated_pick(warehouse: State<Warehouse>, order: String) -> Result<String
     Ok(warehouse.pick(&order).await)
 }
 
+/// Two calls of `gated_pick` on one store faulted by `renew`, both left running behind the gate:
+/// the warehouse, the gate, the store and the toolbox, and a caller that tries `order` once more
+/// and hands back the error it gets.
+struct Gated {
+    warehouse: Arc<Warehouse>,
+    gate: Arc<tokio::sync::Notify>,
+    store: Arc<FaultyStore<MemoryStore>>,
+    toolbox: Toolbox,
+}
+
+impl Gated {
+    fn new(renew: Fault) -> Gated {
+        let warehouse = Arc::new(Warehouse::default());
+        let gate = Arc::new(tokio::sync::Notify::new());
+        *warehouse.gate.lock().unwrap() = Some(gate.clone());
+        let store = Arc::new(FaultyStore::new(
+            MemoryStore::new(),
+            Plan::script([(Op::Renew, renew)]),
+        ));
+        let toolbox = Toolbox::builder()
+            .shared_store(store.clone())
+            .shared_state(warehouse.clone())
+            .tool(GatedPick)
+            .build()
+            .unwrap();
+        Gated {
+            warehouse,
+            gate,
+            store,
+            toolbox,
+        }
+    }
+
+    async fn pick(&self, order: &str) -> ToolError {
+        self.toolbox
+            .call("gated_pick", json!({ "order": order }), &ctx())
+            .await
+            .unwrap_err()
+    }
+
+    /// Opens the gate: each order is picked once, and every outcome is recorded.
+    async fn open(self) {
+        assert_eq!(self.warehouse.picks(), 0);
+        self.gate.notify_waiters();
+        assert!(self.toolbox.shutdown().await.is_clean());
+        assert_eq!(self.warehouse.picks(), 2);
+    }
+}
+
 /// A renewal the store holds up holds up no other lease: the first call's renewal hangs and its
 /// lease lapses (a retry is told the outcome is unknown), while the second call's lease is
 /// renewed all along (a retry finds it in progress). Each order is picked once, when the gate
 /// opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_the_store_holds_up_holds_up_no_other_lease() {
-    let warehouse = Arc::new(Warehouse::default());
-    let gate = Arc::new(tokio::sync::Notify::new());
-    *warehouse.gate.lock().unwrap() = Some(gate.clone());
-    let store = Arc::new(FaultyStore::new(
-        MemoryStore::new(),
-        Plan::script([(Op::Renew, Fault::Delay(Duration::from_secs(30)))]),
-    ));
-    let toolbox = Toolbox::builder()
-        .shared_store(store.clone())
-        .shared_state(warehouse.clone())
-        .tool(GatedPick)
-        .build()
-        .unwrap();
-    let pick = |order: &'static str| {
-        let toolbox = &toolbox;
-        async move {
-            toolbox
-                .call("gated_pick", json!({ "order": order }), &ctx())
-                .await
-                .unwrap_err()
-        }
-    };
+    let gated = Gated::new(Fault::Delay(Duration::from_secs(30)));
     // The first call's first renewal (due 100 ms in) is the one held up.
-    assert!(pick("o-1").await.is(ErrorCode::Timeout));
+    assert!(gated.pick("o-1").await.is(ErrorCode::Timeout));
     tokio::time::sleep(Duration::from_millis(60)).await;
-    assert!(pick("o-2").await.is(ErrorCode::Timeout));
+    assert!(gated.pick("o-2").await.is(ErrorCode::Timeout));
     // Three leases later.
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let err = pick("o-1").await;
+    let err = gated.pick("o-1").await;
     assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
-    let err = pick("o-2").await;
+    let err = gated.pick("o-2").await;
     assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    let renewals = gated.store.calls(Op::Renew);
     assert!(
-        store.calls(Op::Renew) >= 6,
-        "the second lease was renewed every 100 ms: {}",
-        store.calls(Op::Renew)
+        renewals >= 6,
+        "the second lease was renewed every 100 ms: {renewals}"
     );
-    assert_eq!(warehouse.picks(), 0);
-    gate.notify_waiters();
-    assert!(toolbox.shutdown().await.is_clean());
-    assert_eq!(warehouse.picks(), 2);
-}
-
-/// A memory store whose first lease renewal panics.
-struct PanicsOnceOnRenew {
-    inner: MemoryStore,
-    panicked: std::sync::atomic::AtomicBool,
-    renewals: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Store for PanicsOnceOnRenew {
-    async fn reserve(
-        &self,
-        key: &RecordKey,
-        tool: &str,
-        fingerprint: &Fingerprint,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<Reservation, StoreError> {
-        self.inner
-            .reserve(key, tool, fingerprint, token, lease)
-            .await
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        outcome: &Outcome,
-        retain: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.complete(key, token, outcome, retain).await
-    }
-    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        if !self.panicked.swap(true, Ordering::SeqCst) {
-            panic!("a store bug while renewing");
-        }
-        self.renewals.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew(key, token, lease).await
-    }
-    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.inner.mark_unknown(key, token).await
-    }
-    async fn take_over(
-        &self,
-        key: &RecordKey,
-        stale: &Token,
-        lease: Duration,
-    ) -> Result<Option<Token>, StoreError> {
-        self.inner.take_over(key, stale, lease).await
-    }
-    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(limit).await
-    }
-    async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
-        self.inner.now().await
-    }
-    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
-        self.inner.count_failure(key, window).await
-    }
-    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
-        self.inner.failures(key).await
-    }
-    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
-        self.inner.clear_failures(key).await
-    }
+    gated.open().await;
 }
 
 /// A store that panics while renewing a lease stops no renewal: the panic fails that renewal,
@@ -435,39 +381,15 @@ impl Store for PanicsOnceOnRenew {
 /// leases later, and each order is picked once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_panics_while_renewing_stops_no_renewal() {
-    let warehouse = Arc::new(Warehouse::default());
-    let gate = Arc::new(tokio::sync::Notify::new());
-    *warehouse.gate.lock().unwrap() = Some(gate.clone());
-    let store = Arc::new(PanicsOnceOnRenew {
-        inner: MemoryStore::new(),
-        panicked: Default::default(),
-        renewals: Default::default(),
-    });
-    let toolbox = Toolbox::builder()
-        .shared_store(store.clone())
-        .shared_state(warehouse.clone())
-        .tool(GatedPick)
-        .build()
-        .unwrap();
-    let pick = |order: &'static str| {
-        let toolbox = &toolbox;
-        async move {
-            toolbox
-                .call("gated_pick", json!({ "order": order }), &ctx())
-                .await
-                .unwrap_err()
-        }
-    };
-    assert!(pick("o-1").await.is(ErrorCode::Timeout));
-    assert!(pick("o-2").await.is(ErrorCode::Timeout));
+    let gated = Gated::new(Fault::Panic);
+    assert!(gated.pick("o-1").await.is(ErrorCode::Timeout));
+    assert!(gated.pick("o-2").await.is(ErrorCode::Timeout));
     tokio::time::sleep(Duration::from_millis(900)).await;
     for order in ["o-1", "o-2"] {
-        let err = pick(order).await;
+        let err = gated.pick(order).await;
         assert!(err.is(ErrorCode::InProgress), "{order}: {err:?}");
     }
-    assert!(store.panicked.load(Ordering::SeqCst));
-    assert!(store.renewals.load(Ordering::SeqCst) >= 6);
-    gate.notify_waiters();
-    assert!(toolbox.shutdown().await.is_clean());
-    assert_eq!(warehouse.picks(), 2);
+    assert_eq!(gated.store.injected().failed_before, 1);
+    assert!(gated.store.calls(Op::Renew) >= 7);
+    gated.open().await;
 }

@@ -133,6 +133,9 @@ pub enum Fault {
     Delay(Duration),
     /// The operation is applied at once; its answer arrives this long after.
     DelayReply(Duration),
+    /// The operation panics before it is applied, as a store with a bug would (counted with
+    /// [`Injected::failed_before`]).
+    Panic,
 }
 
 /// Decides the fate of each operation: random from a seed, or scripted.
@@ -328,7 +331,7 @@ impl<S: Store> FaultyStore<S> {
             .decide(op)?;
         let mut injected = self.injected.lock().unwrap_or_else(|e| e.into_inner());
         match fault {
-            Fault::FailBefore => injected.failed_before += 1,
+            Fault::FailBefore | Fault::Panic => injected.failed_before += 1,
             Fault::LoseReply => injected.lost_replies += 1,
             Fault::Delay(_) | Fault::DelayReply(_) => injected.delayed += 1,
         }
@@ -358,6 +361,7 @@ impl<S: Store> FaultyStore<S> {
                 tokio::time::sleep(d).await;
                 answer
             }
+            Some(Fault::Panic) => panic!("injected fault: {op:?} panicked before it was applied"),
         }
     }
 }
