@@ -25,12 +25,14 @@ use crate::tool::{Call, Invocation};
 use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
 
 /// Runs a keyed call to its end, inside its own task. `tool` is the tool's name as the toolbox
-/// shares it (its steps' records are labelled with it).
+/// shares it (its steps' records are labelled with it); `rkey` its record, in the caller's
+/// tenant.
 pub(super) async fn run(
     exec: Arc<Executor>,
     def: Arc<ToolDefinition>,
     tool: Arc<str>,
     call: Call,
+    rkey: Option<RecordKey>,
     ctx: ToolContext,
     slot: Option<Arc<Slot>>,
 ) -> Result<ToolOutput, ToolError> {
@@ -38,11 +40,10 @@ pub(super) async fn run(
     let settings = &def.settings;
     let limit = Limit::of(def);
     let call_has_recover = call.recover.is_some();
-    let (Some(key), Some(fingerprint)) = (call.key, call.fingerprint) else {
+    let (Some(key), Some(fingerprint), Some(rkey)) = (call.key, call.fingerprint, rkey) else {
         return Err(texts::keyed_without_key(&def.name));
     };
     let store = exec.store.clone();
-    let rkey = RecordKey::new(ctx.scope(), key.as_str());
     let log_key = key.for_logs();
     observe::key(key.as_str());
     let deadline = settings

@@ -249,15 +249,22 @@ impl Executor {
                 .run_inline(&def, call, ctx, tally, slot, observed)
                 .await;
         }
-        if let Some(answer) = self.answer_here(&def, &call, ctx, observed) {
-            return answer;
+        // A keyed call's record, found once: from memory, or by the keyed path.
+        let rkey = match (&call.key, def.story) {
+            (Some(key), Story::Idempotent) => Some(RecordKey::new(ctx.scope(), key.as_str())),
+            _ => None,
+        };
+        if let Some(rkey) = &rkey {
+            if let Some(answer) = self.answer_here(&def, &call, rkey, observed) {
+                return answer;
+            }
         }
         let body = {
             let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
             let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
             async move {
                 let answer = if def.story == Story::Idempotent {
-                    keyed::run(exec, def, observed.tool_name(), call, ctx, slot).await
+                    keyed::run(exec, def, observed.tool_name(), call, rkey, ctx, slot).await
                 } else {
                     let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;
                     match tally {
@@ -316,25 +323,24 @@ impl Executor {
         })
     }
 
-    /// The answer to a keyed call whose key's completed record the store holds in memory
+    /// The answer to a keyed call whose record `rkey` the store holds in memory, completed
     /// ([`Store::completed_here`]): a replay or `CONFLICT`, made in the caller's task with no
     /// round trip. `None`: the call takes the keyed path in a task of its own.
     fn answer_here(
         &self,
         def: &ToolDefinition,
         call: &Call,
-        ctx: &ToolContext,
+        rkey: &RecordKey,
         observed: &Observed,
     ) -> Option<Result<ToolOutput, ToolError>> {
         let (Some(key), Some(fingerprint)) = (&call.key, &call.fingerprint) else {
             return None;
         };
-        let rkey = RecordKey::new(ctx.scope(), key.as_str());
         let Some(Record::Completed {
             fingerprint: held,
             outcome,
             ..
-        }) = self.store.completed_here(&rkey)
+        }) = self.store.completed_here(rkey)
         else {
             return None;
         };
