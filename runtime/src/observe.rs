@@ -435,11 +435,7 @@ impl Observed {
     pub(crate) fn finish(&self, answer: Result<bool, &ToolError>) {
         let inner = &*self.0;
         let outcome = Outcome::of(Happened::load(&inner.happened), answer);
-        let first = inner
-            .answer
-            .compare_exchange(PENDING, ANSWERED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if first {
+        if self.claim(ANSWERED) {
             self.answered(outcome, answer.err().map(ToolError::code));
         } else {
             tracing::info!(parent: &inner.span, toolkey.late_outcome = outcome.as_str(), "the body ended after its caller stopped waiting");
@@ -459,9 +455,14 @@ impl Observed {
     /// The caller stops waiting: true when its answer is the call's (its task had not answered
     /// yet; record it with [`timed_out`](Self::timed_out)), false when the task answered first.
     pub(crate) fn claim_timeout(&self) -> bool {
+        self.claim(TIMED_OUT)
+    }
+
+    /// True when the call had no answer yet, and now has `answer`'s side.
+    fn claim(&self, answer: u8) -> bool {
         self.0
             .answer
-            .compare_exchange(PENDING, TIMED_OUT, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(PENDING, answer, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
@@ -510,12 +511,7 @@ impl Drop for CancelGuard<'_> {
         let Some(observed) = self.0 else {
             return;
         };
-        let inner = &*observed.0;
-        if inner
-            .answer
-            .compare_exchange(PENDING, ANSWERED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if observed.claim(ANSWERED) {
             observed.answered(Outcome::Word(Word::Cancelled), None);
         }
     }
