@@ -4,8 +4,9 @@
 //! Each operation passes through a [`Plan`] that decides its fate: go through, fail before it is
 //! applied ([`Fault::FailBefore`]), be applied and then answer [`StoreError::Unavailable`] as a
 //! dropped connection would ([`Fault::LoseReply`]), or be delayed before it is applied
-//! ([`Fault::Delay`]) or after ([`Fault::DelayReply`]). A plan is random from a seed, so a failing
-//! run replays exactly, or a script of the faults to inject, in order. [`FaultyStore::stop`] ends
+//! ([`Fault::Delay`]) or after ([`Fault::DelayReply`]); a script may also make one panic, as a
+//! store with a bug would ([`Fault::Panic`]). A plan is random from a seed, so a failing run
+//! replays exactly, or a script of the faults to inject, in order. [`FaultyStore::stop`] ends
 //! the faults, as a network that heals:
 //!
 //! ```
