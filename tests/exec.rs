@@ -492,6 +492,145 @@ async fn a_dropped_caller_neither_cancels_the_body_nor_releases_its_key() {
     assert_eq!(billing.count(), 1);
 }
 
+/// A fake thermostat: how often it was set.
+#[derive(Default)]
+struct Thermostat {
+    set: AtomicUsize,
+}
+
+/// Sets the thermostat, slowly: harmless to repeat, so `natural`, and without a timeout.
+#[tool(natural)]
+async fn set_thermostat(thermostat: State<Thermostat>, celsius: u32) -> Result<u32, ToolError> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    thermostat.set.fetch_add(1, Ordering::SeqCst);
+    Ok(celsius)
+}
+
+/// A call without a `timeout` runs in its caller's task; a caller that stops waiting hands the
+/// rest of the work to a task of its own instead of cancelling it. Shown for a keyed call
+/// dropped mid-body by a timeout around it, and by aborting the task that made it on a
+/// multi-thread runtime; for a keyed call dropped while it waits for a slot under a concurrency
+/// limit; and for a `natural` call. Each body runs once, to its end, and the keyed ones replay.
+#[test]
+fn a_dropped_caller_of_a_call_without_a_timeout_leaves_its_work_to_a_task() {
+    use billing::SendInvoiceBriefLease;
+    for flavor in ["current_thread", "multi_thread"] {
+        let rt = match flavor {
+            "current_thread" => tokio::runtime::Builder::new_current_thread(),
+            _ => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(2);
+                b
+            }
+        }
+        .enable_all()
+        .build()
+        .unwrap();
+        rt.block_on(async {
+            let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
+            let thermostat = Arc::new(Thermostat::default());
+            let toolbox = Arc::new(
+                Toolbox::builder()
+                    .shared_state(billing.clone())
+                    .shared_state(thermostat.clone())
+                    .tool(SendInvoiceBriefLease)
+                    .tool(SetThermostat)
+                    .concurrency("send_invoice", std::num::NonZeroUsize::new(1))
+                    .build()
+                    .unwrap(),
+            );
+            let call = |customer: &str| {
+                let (toolbox, args) = (toolbox.clone(), invoice(customer, "2026-10", 100.0, ""));
+                async move { toolbox.call("send_invoice", args, &ctx()).await }
+            };
+            // Dropped mid-body by a timeout around the call.
+            let outer = tokio::time::timeout(Duration::from_millis(20), call("acme")).await;
+            assert!(
+                outer.is_err(),
+                "{flavor}: the outer timeout dropped the call"
+            );
+            // Dropped while waiting for the one slot `acme` holds.
+            let outer = tokio::time::timeout(Duration::from_millis(20), call("globex")).await;
+            assert!(
+                outer.is_err(),
+                "{flavor}: the second call waits for the slot"
+            );
+            // Aborted with the task that made it, once `acme` is done and `initech` runs.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let caller = tokio::spawn(call("initech"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            caller.abort();
+            assert!(caller.await.unwrap_err().is_cancelled(), "{flavor}");
+            let err = call("initech").await.unwrap_err();
+            assert!(err.is(ErrorCode::InProgress), "{flavor}: {err:?}");
+            // A natural call dropped mid-body.
+            let outer = tokio::time::timeout(
+                Duration::from_millis(20),
+                toolbox.call("set_thermostat", json!({"celsius": 21}), &ctx()),
+            )
+            .await;
+            assert!(outer.is_err(), "{flavor}: the thermostat call was dropped");
+
+            assert!(toolbox.shutdown().await.is_clean(), "{flavor}");
+            assert_eq!(billing.count(), 3, "{flavor}");
+            assert_eq!(thermostat.set.load(Ordering::SeqCst), 1, "{flavor}");
+            for customer in ["acme", "globex", "initech"] {
+                assert!(
+                    call(customer).await.unwrap().replayed,
+                    "{flavor}: {customer}"
+                );
+            }
+            assert_eq!(billing.count(), 3, "{flavor}");
+            let stats = toolbox.stats();
+            assert_eq!(
+                (stats.executed, stats.replayed, stats.in_progress),
+                (4, 3, 1),
+                "{flavor}"
+            );
+        });
+    }
+}
+
+/// A panic outside the body (here, the store's while recording the outcome) ends a call that
+/// runs in its caller's task with `OUTCOME_UNKNOWN`: the body ran, and nothing recorded it. The
+/// reservation holds the key until its lease lapses, and then reads as unknown: never run twice.
+#[tokio::test]
+async fn a_panic_outside_the_body_is_an_unknown_outcome_never_a_second_run() {
+    use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+    let billing = Arc::new(Billing::default());
+    let store = Arc::new(FaultyStore::new(
+        MemoryStore::new(),
+        Plan::script([(Op::Complete, Fault::Panic)]),
+    ));
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(billing.clone())
+        .tool(billing::SendInvoiceBriefLease)
+        .build()
+        .unwrap();
+    let args = invoice("acme", "2026-10", 100.0, "");
+    let err = toolbox
+        .call("send_invoice", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    assert!(!err.is_retryable());
+    assert_eq!(billing.count(), 1);
+    let err = toolbox
+        .call("send_invoice", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let err = toolbox
+        .call("send_invoice", args, &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    assert_eq!(billing.count(), 1);
+    assert_eq!(store.injected().failed_before, 1);
+}
+
 /// A store that cannot be reached.
 struct Down;
 

@@ -389,11 +389,12 @@ impl Toolbox {
 
     /// Calls a tool by name with the model's arguments.
     ///
-    /// Keyed tools reserve their key before the body runs; the body runs in a task of its own,
-    /// so when the tool's `timeout` passes — or this future is dropped — the caller stops
-    /// waiting but the body goes on and records its outcome. (So do `natural` and `unkeyed`
-    /// bodies. A `read_only` tool without a `timeout` runs in the caller's task: dropping this
-    /// future cancels its read, which changes nothing.)
+    /// Keyed tools reserve their key before the body runs. When the tool's `timeout` passes —
+    /// or this future is dropped — the caller stops waiting but the body goes on and records
+    /// its outcome; so do `natural` and `unkeyed` bodies. A call with a `timeout` runs in a task
+    /// of its own. A call without one runs in the caller's task until the caller drops it, and
+    /// then in a task of its own, to its end. (A `read_only` tool without a `timeout` is the
+    /// exception: dropping this future cancels its read, which changes nothing.)
     ///
     /// # Blocking work
     ///

@@ -1,9 +1,9 @@
 //! The keyed path: reserve → run the body (renewing its lease) → complete or release; a
 //! replay, a `CONFLICT`, an `IN_PROGRESS`, or a stale reservation handed to the recover hook.
 //!
-//! Everything here runs inside the call's own task (see [`Executor::run`]): a caller that stops
-//! waiting (its timeout, or its future dropped) never cancels the work and never releases a key
-//! whose work still runs.
+//! Everything here runs as the call's work (see [`Executor::run`]): a caller that stops
+//! waiting (its timeout, or its future dropped) never cancels it and never releases a key whose
+//! work still runs.
 //!
 //! The retry limit is kept while the call holds the key, so no other process runs the call in
 //! between: its failures are read before the tool's code runs (with the reserve, or before a
@@ -24,7 +24,7 @@ use crate::texts;
 use crate::tool::{Call, Invocation};
 use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
 
-/// Runs a keyed call to its end, inside its own task. `tool` is the tool's name as the toolbox
+/// Runs a keyed call to its end. `tool` is the tool's name as the toolbox
 /// shares it (its steps' records are labelled with it); `rkey` its record, in the caller's
 /// tenant.
 pub(super) async fn run(

@@ -1,12 +1,15 @@
 //! The executor: runs one call of a tool, whatever its story, given the tool's definition and
 //! prepared call, a store, the shared state and the caller's context.
 //!
-//! Every call that may change something runs in a task of its own, so a caller that stops
-//! waiting (the tool's `timeout`, or its future dropped) never cancels the work. Two kinds of call
-//! are answered in the caller's task instead, since neither has work to protect: a `read_only`
-//! call without a timeout (dropping it cancels a read), and a keyed call whose completed record
-//! the store holds in this process's memory (a replay or `CONFLICT`, no body runs). A keyed
-//! (`idempotent`) call takes
+//! A caller that stops waiting (the tool's `timeout`, or its future dropped) never cancels a
+//! call that may change something. A call with a `timeout` runs in a task of its own, so that
+//! its caller can be answered `TIMEOUT` on time even while the body keeps its thread. A call
+//! without one runs in its caller's task ([`Detachable`]), which spares the task and the
+//! hand-off between threads; if the caller drops it, the rest of the work moves to a task of
+//! its own and runs to its end. Two kinds of call are answered in the caller's task and never
+//! moved, since neither has work to protect: a `read_only` call without a timeout (dropping it
+//! cancels a read), and a keyed call whose completed record the store holds in this process's
+//! memory (a replay or `CONFLICT`, no body runs). A keyed (`idempotent`) call takes
 //! [the keyed path](keyed): reserve → run → complete or release, with replays, conflicts and
 //! stale reservations settled first. Every other call runs its body, once approved if it is
 //! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
@@ -24,12 +27,14 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::StateMap;
-use crate::lease::{panicked, Recorder, ShutdownReport, What};
+use crate::lease::{panicked, Panic, Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, StoreOp, ToolTelemetry};
 use crate::stats::{Counters, Stats};
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
@@ -52,6 +57,73 @@ pub struct ToolOutput {
     pub value: Value,
     /// True when this is the recorded result of an earlier call, not a new execution.
     pub replayed: bool,
+}
+
+/// A call's work, polled in its caller's task. A caller that stops waiting (drops it before it
+/// ends) does not cancel it: the rest of the work is handed to a task of its own on the
+/// runtime it started on, where it runs to its end. A panic that escapes the work (a body's
+/// own is caught where it runs) ends it with `Err`.
+struct Detachable<F: Future + Send + 'static>
+where
+    F::Output: Send,
+{
+    /// Boxed, so that handing it to a task moves a pointer, and `None` once it ended.
+    work: Option<Pin<Box<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<F: Future + Send + 'static> Detachable<F>
+where
+    F::Output: Send,
+{
+    fn new(work: F) -> Self {
+        Detachable {
+            work: Some(Box::pin(AssertUnwindSafe(work).catch_unwind())),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Future for Detachable<F>
+where
+    F::Output: Send,
+{
+    type Output = Result<F::Output, Panic>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let work = self
+            .work
+            .as_mut()
+            .expect("a call's work is not polled after it ended");
+        let ended = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        std::task::Poll::Ready(ended)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for Detachable<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take() {
+            // The caller stopped waiting: the work goes on without it. On a runtime that is
+            // shutting down, the task is dropped unrun, as a spawned call's would be.
+            drop(self.runtime.spawn(work));
+        }
+    }
+}
+
+/// The answer to a call of `tool` whose task ended without one: a panic past the body's own
+/// catch (the work may have been done, and not recorded), or a runtime shutting down.
+fn task_ended(tool: &str, ended: tokio::task::JoinError) -> ToolError {
+    match ended.try_into_panic() {
+        Ok(panic) => panicked(What::Tool(tool), "call", panic),
+        Err(ended) => texts::task_failed(tool, &ended.to_string()),
+    }
 }
 
 /// Decides whether an `unkeyed` tool may run. Every toolbox holding an `unkeyed` tool needs one.
@@ -215,9 +287,9 @@ impl Executor {
         }
     }
 
-    /// Runs a prepared call in a task of its own (unless it is answered in the caller's, see
-    /// the module's docs), and waits for it up to the definition's `timeout`. The task goes on
-    /// when the caller stops waiting, and [`shutdown`](Self::shutdown) waits for it.
+    /// Runs a prepared call, in a task of its own when it has a `timeout` (see the module's
+    /// docs), and waits for it up to that `timeout`. The work goes on when the caller stops
+    /// waiting, and [`shutdown`](Self::shutdown) waits for it.
     #[cfg(test)]
     pub(crate) async fn run(
         self: &Arc<Self>,
@@ -278,46 +350,52 @@ impl Executor {
                 answer
             }
         };
+        let Some(limit) = timeout else {
+            // No deadline to keep: the work runs in the caller's task, and moves to a task of
+            // its own only if the caller stops waiting.
+            let work = self.tracker.track_future(observed.scope(body));
+            return Detachable::new(work).await.unwrap_or_else(|panic| {
+                // Past the body's own catch: the work may have been done, and not recorded.
+                let err = panicked(What::Tool(&def.name), "call", panic);
+                observed.finish(Err(&err));
+                Err(err)
+            });
+        };
         // Boxed first, so the wrappers move a pointer rather than the whole call.
         let mut task = self.tracker.spawn(observed.scope(Box::pin(body)));
-        let joined = match timeout {
-            None => (&mut task).await,
-            Some(limit) => match tokio::time::timeout(limit, &mut task).await {
-                Ok(joined) => joined,
-                Err(_) => {
-                    if let Some(slot) = slot {
-                        if let Some(first) = slot.give_up() {
-                            if first {
-                                self.stats.busy.inc();
-                            }
-                            // The body will not run: wait for the task to free what it held (a
-                            // keyed call's reservation), so that "nothing was done" holds when
-                            // the answer arrives. Its own wait for a slot has ended too.
-                            let _ = task.await;
-                            return Err(slot.busy(&def.name));
+        let joined = match tokio::time::timeout(limit, &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                if let Some(slot) = slot {
+                    if let Some(first) = slot.give_up() {
+                        if first {
+                            self.stats.busy.inc();
                         }
+                        // The body will not run: wait for the task to free what it held (a
+                        // keyed call's reservation), so that "nothing was done" holds when
+                        // the answer arrives. Its own wait for a slot has ended too.
+                        let _ = task.await;
+                        return Err(slot.busy(&def.name));
                     }
-                    if !observed.claim_timeout() {
-                        // The body ended as the wait did, and its answer is the one recorded.
-                        return task.await.unwrap_or_else(|e| {
-                            Err(texts::task_failed(&def.name, &e.to_string()))
-                        });
-                    }
-                    self.stats.timeouts.inc();
-                    let timed_out = Err(texts::timed_out(def.named(), def.story, limit));
-                    let answer: Result<ToolOutput, ToolError> = match tally {
-                        Some(tally) => tally
-                            .settle(&self.limits, &def, ctx, timed_out)
-                            .inspect_err(|e| self.count_retry_limited(e)),
-                        None => timed_out,
-                    };
-                    observed.timed_out(answer.as_ref().map(|out| out.replayed));
-                    return answer;
                 }
-            },
+                if !observed.claim_timeout() {
+                    // The body ended as the wait did, and its answer is the one recorded.
+                    return task.await.unwrap_or_else(|e| Err(task_ended(&def.name, e)));
+                }
+                self.stats.timeouts.inc();
+                let timed_out = Err(texts::timed_out(def.named(), def.story, limit));
+                let answer: Result<ToolOutput, ToolError> = match tally {
+                    Some(tally) => tally
+                        .settle(&self.limits, &def, ctx, timed_out)
+                        .inspect_err(|e| self.count_retry_limited(e)),
+                    None => timed_out,
+                };
+                observed.timed_out(answer.as_ref().map(|out| out.replayed));
+                return answer;
+            }
         };
         joined.unwrap_or_else(|e| {
-            let err = texts::task_failed(&def.name, &e.to_string());
+            let err = task_ended(&def.name, e);
             observed.finish(Err(&err));
             Err(err)
         })
@@ -325,7 +403,7 @@ impl Executor {
 
     /// The answer to a keyed call whose record `rkey` the store holds in memory, completed
     /// ([`Store::completed_here`]): a replay or `CONFLICT`, made in the caller's task with no
-    /// round trip. `None`: the call takes the keyed path in a task of its own.
+    /// round trip. `None`: the call takes the keyed path.
     fn answer_here(
         &self,
         def: &ToolDefinition,
