@@ -125,11 +125,17 @@ impl World {
     }
 
     /// Blocks the calling task's thread for `d`: for real with `std::thread::sleep`, or, on the
-    /// paused clock, by stalling every store call this task makes until `d` has passed.
+    /// paused clock, by stalling every store call this task makes until `d` has passed. (A call
+    /// without a timeout runs its body in its caller's task.)
     async fn block(&self, d: Duration) {
         if self.paused {
-            let id = tokio::task::id();
             let until = tokio::time::Instant::now() + d;
+            // A call made outside any task (the schedule's last round of asking again) runs its
+            // body there: nothing else of its own waits behind it.
+            let Some(id) = tokio::task::try_id() else {
+                tokio::time::sleep_until(until).await;
+                return;
+            };
             self.stalls.lock().unwrap().insert(id, until);
             tokio::time::sleep_until(until).await;
             self.stalls.lock().unwrap().remove(&id);
