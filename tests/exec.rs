@@ -591,6 +591,54 @@ fn a_dropped_caller_of_a_call_without_a_timeout_leaves_its_work_to_a_task() {
     }
 }
 
+/// A call dropped after its runtime is gone (the process ending, or a runtime dropped while
+/// calls were running) cannot move its work anywhere: the work is dropped with no panic, like
+/// a task the runtime dropped, and its reservation lapses and reads as unknown.
+#[test]
+fn a_call_dropped_after_its_runtime_is_gone_drops_its_work_quietly() {
+    use billing::SendInvoiceBriefLease;
+    let store = Arc::new(MemoryStore::new());
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(billing.clone())
+        .tool(SendInvoiceBriefLease)
+        .build()
+        .unwrap();
+    let args = invoice("acme", "2026-10", 100.0, "");
+    let ctx = ctx();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut call = Box::pin(toolbox.call("send_invoice", args.clone(), &ctx));
+    rt.block_on(async {
+        tokio::select! {
+            biased;
+            _ = &mut call => panic!("the body takes 200 ms"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    });
+    drop(rt);
+    drop(call);
+    assert_eq!(billing.count(), 0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let err = toolbox
+            .call("send_invoice", args.clone(), &ctx)
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::InProgress), "{err:?}");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let err = toolbox.call("send_invoice", args, &ctx).await.unwrap_err();
+        assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+    });
+    assert_eq!(billing.count(), 0);
+}
+
 /// A panic outside the body (here, the store's while recording the outcome) ends a call that
 /// runs in its caller's task with `OUTCOME_UNKNOWN`: the body ran, and nothing recorded it. The
 /// reservation holds the key until its lease lapses, and then reads as unknown: never run twice.

@@ -394,7 +394,9 @@ impl Toolbox {
     /// its outcome; so do `natural` and `unkeyed` bodies. A call with a `timeout` runs in a task
     /// of its own. A call without one runs in the caller's task until the caller drops it, and
     /// then in a task of its own, to its end. (A `read_only` tool without a `timeout` is the
-    /// exception: dropping this future cancels its read, which changes nothing.)
+    /// exception: dropping this future cancels its read, which changes nothing.) A body run in
+    /// the caller's task sees that task: `tokio::task::try_id` is the caller's, or `None` when
+    /// the caller is `block_on` itself.
     ///
     /// # Blocking work
     ///
