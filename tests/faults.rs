@@ -356,6 +356,16 @@ impl Gated {
 /// opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_the_store_holds_up_holds_up_no_other_lease() {
+    renewal_held_up().await;
+}
+
+/// The same on a current-thread runtime, where each body's own task renews its lease.
+#[tokio::test]
+async fn a_renewal_the_store_holds_up_holds_up_no_other_lease_on_one_thread() {
+    renewal_held_up().await;
+}
+
+async fn renewal_held_up() {
     let gated = Gated::new(Fault::Delay(Duration::from_secs(30)));
     // The first call's first renewal (due 100 ms in) is the one held up.
     assert!(gated.pick("o-1").await.is(ErrorCode::Timeout));
@@ -381,6 +391,16 @@ async fn a_renewal_the_store_holds_up_holds_up_no_other_lease() {
 /// leases later, and each order is picked once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_panics_while_renewing_stops_no_renewal() {
+    renewal_panics().await;
+}
+
+/// The same on a current-thread runtime, where each body's own task renews its lease.
+#[tokio::test]
+async fn a_store_that_panics_while_renewing_stops_no_renewal_on_one_thread() {
+    renewal_panics().await;
+}
+
+async fn renewal_panics() {
     let gated = Gated::new(Fault::Panic);
     assert!(gated.pick("o-1").await.is(ErrorCode::Timeout));
     assert!(gated.pick("o-2").await.is(ErrorCode::Timeout));
@@ -392,4 +412,43 @@ async fn a_store_that_panics_while_renewing_stops_no_renewal() {
     assert_eq!(gated.store.injected().failed_before, 1);
     assert!(gated.store.calls(Op::Renew) >= 7);
     gated.open().await;
+}
+
+/// An outcome the store does not take is retried in the background, and the lease holds until
+/// it lands: on a current-thread runtime too, where the body's own task renewed the lease while
+/// the body ran and a task takes over the renewing when the call ends with its write pending.
+/// Three leases later a retry is still told the call is in progress, never that its outcome is
+/// unknown; once the store takes the write, the retry replays the one pick.
+#[tokio::test]
+async fn an_outcome_retried_after_the_call_keeps_its_lease_on_one_thread() {
+    let warehouse = Arc::new(Warehouse::default());
+    let store = Arc::new(FaultyStore::new(
+        MemoryStore::new(),
+        Plan::random(1).fail_before(1.0).only([Op::Complete]),
+    ));
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(warehouse.clone())
+        .tool(GatedPick)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-7"});
+    let out = toolbox
+        .call("gated_pick", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("pick-1"));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let err = toolbox
+        .call("gated_pick", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    assert!(store.calls(Op::Renew) >= 6, "{}", store.calls(Op::Renew));
+    store.stop();
+    assert!(toolbox.shutdown().await.is_clean());
+    let out = toolbox.call("gated_pick", args, &ctx()).await.unwrap();
+    assert!(out.replayed);
+    assert_eq!(out.value, json!("pick-1"));
+    assert_eq!(warehouse.picks(), 1);
 }

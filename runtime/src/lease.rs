@@ -32,10 +32,18 @@ use crate::{texts, ErrorCode, ToolError};
 const FIRST_RETRY: Duration = Duration::from_millis(10);
 const LAST_RETRY: Duration = Duration::from_secs(2);
 
-/// Renews one reservation's lease from a task of its own until dropped.
-pub(crate) struct Renewal {
-    lost: Arc<AtomicBool>,
-    task: JoinHandle<()>,
+/// Renews one reservation's lease until dropped: from a task of its own, or, on a
+/// current-thread runtime, paused once the work that renewed it from its own task has ended
+/// (see [`drive`]), and started in a task again if the lease must outlast the call.
+pub(crate) enum Renewal {
+    /// Renewing from a task of its own.
+    Running {
+        lost: Arc<AtomicBool>,
+        task: JoinHandle<()>,
+    },
+    /// Not renewing: the work's own task renewed the lease while the work ran, and the last
+    /// renewal left it at least two thirds of a lease. [`resume`](Self::resume) starts a task.
+    Paused { lease: Duration, lost: bool },
 }
 
 impl Renewal {
@@ -53,49 +61,74 @@ impl Renewal {
         let task = tokio::spawn({
             let lost = lost.clone();
             async move {
-                let period = (lease / 3).max(Duration::from_millis(10));
-                let mut wait = period;
-                loop {
-                    tokio::time::sleep(wait).await;
-                    // A store that panics while renewing fails this renewal, not the ones after
-                    // it: a renewal that stopped would let the lease lapse under a running body.
-                    let renew = AssertUnwindSafe(store.renew(&rkey, &token, lease)).catch_unwind();
-                    let renewed = match observe::store(StoreOp::Renew, renew).await {
-                        Ok(renewed) => renewed,
-                        Err(_) => Err(StoreError::unavailable(
-                            "the store panicked while renewing the lease",
-                        )),
-                    };
-                    match renewed {
-                        Ok(true) => {
-                            renewals.renewed();
-                            wait = period;
-                        }
-                        Ok(false) => {
-                            lost.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
-                            wait = (period / 8).max(FIRST_RETRY).min(period);
-                        }
-                    }
-                }
+                renew_until_lost(&*store, &rkey, &token, lease, &renewals).await;
+                lost.store(true, Ordering::SeqCst);
             }
         });
-        Renewal { lost, task }
+        Renewal::Running { lost, task }
+    }
+
+    /// This renewal, renewing from a task of its own: a paused one is started again.
+    pub(crate) fn resume(self, store: &Arc<dyn Store>, rkey: &RecordKey, token: &Token) -> Renewal {
+        match self {
+            Renewal::Paused { lease, lost: false } => {
+                Renewal::start(store.clone(), rkey.clone(), token.clone(), lease)
+            }
+            running_or_lost => running_or_lost,
+        }
     }
 
     /// True once a renewal found the reservation no longer held by its token: the lease
     /// lapsed and another call took the key over (or the reservation was ended).
     pub(crate) fn lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        match self {
+            Renewal::Running { lost, .. } => lost.load(Ordering::SeqCst),
+            Renewal::Paused { lost, .. } => *lost,
+        }
+    }
+}
+
+/// Renews `token`'s lease every third of `lease` until a renewal finds it no longer held by the
+/// token; a failed renewal is tried again soon, so a short outage does not let the lease lapse.
+async fn renew_until_lost(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    lease: Duration,
+    renewals: &Renewals,
+) {
+    let period = (lease / 3).max(Duration::from_millis(10));
+    let mut wait = period;
+    loop {
+        tokio::time::sleep(wait).await;
+        // A store that panics while renewing fails this renewal, not the ones after it: a
+        // renewal that stopped would let the lease lapse under a running body.
+        let renew = AssertUnwindSafe(store.renew(rkey, token, lease)).catch_unwind();
+        let renewed = match observe::store(StoreOp::Renew, renew).await {
+            Ok(renewed) => renewed,
+            Err(_) => Err(StoreError::unavailable(
+                "the store panicked while renewing the lease",
+            )),
+        };
+        match renewed {
+            Ok(true) => {
+                renewals.renewed();
+                wait = period;
+            }
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
+                wait = (period / 8).max(FIRST_RETRY).min(period);
+            }
+        }
     }
 }
 
 impl Drop for Renewal {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Renewal::Running { task, .. } = self {
+            task.abort();
+        }
     }
 }
 
@@ -247,6 +280,8 @@ impl Recorder {
                 error: error.to_string(),
             },
         );
+        // The lease must hold while the write is retried, after the call has ended.
+        let renewal = renewal.map(|renewal| renewal.resume(store, rkey, token));
         let (recorder, store, rkey, token) =
             (self.clone(), store.clone(), rkey.clone(), token.clone());
         let what = what.to_string();
@@ -366,9 +401,14 @@ impl Holder<'_> {
     }
 }
 
-/// Runs `work` while its lease is renewed from a task of its own (so a body that blocks its
-/// thread cannot stop the renewal), catching a panic. The renewal goes on until it is dropped;
-/// `handover`, an earlier renewal of the same reservation, ends once this one runs.
+/// Runs `work` while its lease is renewed (so a body that blocks its thread cannot stop the
+/// renewal on a multi-thread runtime), catching a panic. The renewal goes on until it is
+/// dropped; `handover`, an earlier renewal of the same reservation, ends once this one runs.
+///
+/// On a multi-thread runtime the renewal runs in a task of its own, which another worker runs
+/// while the work's thread is blocked. A current-thread runtime has no other thread: a body
+/// that blocks it stops every task alike, so the work's own task renews the lease while the
+/// work waits, sparing a task, and the renewal is handed back [paused](Renewal::Paused).
 pub(crate) async fn drive<T, F>(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
@@ -380,19 +420,37 @@ pub(crate) async fn drive<T, F>(
 where
     F: Future<Output = T> + Send,
 {
-    let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
-    // A task spawned from a worker thread waits in that worker's own slot, which no other worker
-    // takes from: let the renewal be polled once (it then waits on a timer, whose wake-up any
-    // worker handles) before a body that blocks this thread can keep it there. A current-thread
-    // runtime has no other worker: the renewal runs whenever the body waits, and the yield would
-    // only cost a turn of the scheduler.
-    if tokio::runtime::Handle::current().runtime_flavor()
-        != tokio::runtime::RuntimeFlavor::CurrentThread
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let (done, renewal) = if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
     {
+        drop(handover);
+        let renewals = Renewals::of_current();
+        let renew = renew_until_lost(&**store, rkey, token, lease, &renewals);
+        let mut renew = std::pin::pin!(renew);
+        let mut work = std::pin::pin!(work);
+        let mut lost = false;
+        let done = std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(done) = work.as_mut().poll(cx) {
+                return std::task::Poll::Ready(done);
+            }
+            // Once lost, never renewed again; the work goes on, and its ending says so.
+            if !lost && renew.as_mut().poll(cx).is_ready() {
+                lost = true;
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        (done, Renewal::Paused { lease, lost })
+    } else {
+        let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
+        // A task spawned from a worker thread waits in that worker's own slot, which no other
+        // worker takes from: let the renewal be polled once (it then waits on a timer, whose
+        // wake-up any worker handles) before a body that blocks this thread can keep it there.
         tokio::task::yield_now().await;
-    }
-    drop(handover);
-    let done = AssertUnwindSafe(work).catch_unwind().await;
+        drop(handover);
+        (work.await, renewal)
+    };
     if renewal.lost() {
         tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");
     }

@@ -226,9 +226,11 @@ pub(super) async fn run(
     // key is freed, and the body never runs.
     let permit = match &slot {
         Some(slot) => {
-            let waiting = renewal.take().unwrap_or_else(|| {
-                Renewal::start(store.clone(), rkey.clone(), token.clone(), settings.lease)
-            });
+            // The wait may be long: the lease is renewed from a task of its own meanwhile.
+            let waiting = match renewal.take() {
+                Some(renewal) => renewal.resume(&store, &rkey, &token),
+                None => Renewal::start(store.clone(), rkey.clone(), token.clone(), settings.lease),
+            };
             match slot.acquire().await {
                 Ok(permit) => {
                     renewal = Some(waiting);
