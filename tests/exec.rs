@@ -506,8 +506,8 @@ async fn set_thermostat(thermostat: State<Thermostat>, celsius: u32) -> Result<u
     Ok(celsius)
 }
 
-/// A call without a `timeout` runs in its caller's task; a caller that stops waiting hands the
-/// rest of the work to a task of its own instead of cancelling it. Shown for a keyed call
+/// A call without a `timeout` starts in its caller's task and moves to a task of its own at its
+/// first wait; a caller that stops waiting leaves that task running. Shown for a keyed call
 /// dropped mid-body by a timeout around it, and by aborting the task that made it on a
 /// multi-thread runtime; for a keyed call dropped while it waits for a slot under a concurrency
 /// limit; and for a `natural` call. Each body runs once, to its end, and the keyed ones replay.
@@ -587,6 +587,53 @@ fn a_dropped_caller_of_a_call_without_a_timeout_leaves_its_work_to_a_task() {
                 (4, 3, 1),
                 "{flavor}"
             );
+        });
+    }
+}
+
+/// A caller that holds a call's future without polling it (a `select!` loop busy in another
+/// branch) neither stalls the call nor stops `shutdown`: the work runs in a task of its own,
+/// past its lease, records its outcome (a retry replays it), and `shutdown` waits for it in the
+/// very task that holds the future.
+#[test]
+fn a_call_its_caller_stops_polling_goes_on_and_shutdown_waits_for_it() {
+    use billing::SendInvoiceBriefLease;
+    for flavor in ["current_thread", "multi_thread"] {
+        let rt = match flavor {
+            "current_thread" => tokio::runtime::Builder::new_current_thread(),
+            _ => tokio::runtime::Builder::new_multi_thread(),
+        }
+        .enable_all()
+        .build()
+        .unwrap();
+        rt.block_on(async {
+            let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
+            let toolbox = Toolbox::builder()
+                .shared_state(billing.clone())
+                .tool(SendInvoiceBriefLease)
+                .build()
+                .unwrap();
+            let (args, ctx) = (invoice("acme", "2026-10", 100.0, ""), ctx());
+            let call = toolbox.call("send_invoice", args.clone(), &ctx);
+            tokio::pin!(call);
+            tokio::select! {
+                biased;
+                _ = &mut call => panic!("{flavor}: billing takes 200 ms"),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            let report = tokio::time::timeout(Duration::from_secs(5), toolbox.shutdown())
+                .await
+                .unwrap_or_else(|_| panic!("{flavor}: shutdown waited on a call nobody polls"));
+            assert!(report.is_clean(), "{flavor}");
+            assert_eq!(billing.count(), 1, "{flavor}");
+            // Past the 1 s lease: the outcome is recorded, not left to lapse.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            let again = toolbox.call("send_invoice", args, &ctx).await.unwrap();
+            assert!(again.replayed, "{flavor}");
+            let first = call.await.unwrap();
+            assert!(!first.replayed, "{flavor}");
+            assert_eq!(first.value, again.value, "{flavor}");
+            assert_eq!(billing.count(), 1, "{flavor}");
         });
     }
 }

@@ -445,9 +445,13 @@ where
     } else {
         let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
         // A task spawned from a worker thread waits in that worker's own slot, which no other
-        // worker takes from: let the renewal be polled once (it then waits on a timer, whose
-        // wake-up any worker handles) before a body that blocks this thread can keep it there.
-        tokio::task::yield_now().await;
+        // worker takes from: let the renewal out of it (the yield lets it be polled, or moves it
+        // to the queue other workers take from) before a body that blocks this thread can keep
+        // it there. Outside any task (a caller's `block_on`) the renewal went to the runtime's
+        // shared queue.
+        if tokio::task::try_id().is_some() {
+            tokio::task::yield_now().await;
+        }
         drop(handover);
         (work.await, renewal)
     };

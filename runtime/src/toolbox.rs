@@ -392,11 +392,12 @@ impl Toolbox {
     /// Keyed tools reserve their key before the body runs. When the tool's `timeout` passes —
     /// or this future is dropped — the caller stops waiting but the body goes on and records
     /// its outcome; so do `natural` and `unkeyed` bodies. A call with a `timeout` runs in a task
-    /// of its own. A call without one runs in the caller's task until the caller drops it, and
-    /// then in a task of its own, to its end. (A `read_only` tool without a `timeout` is the
-    /// exception: dropping this future cancels its read, which changes nothing.) A body run in
-    /// the caller's task sees that task: `tokio::task::try_id` is the caller's, or `None` when
-    /// the caller is `block_on` itself.
+    /// of its own. A call without one starts in the caller's task, and is answered there if it
+    /// ends without waiting; at its first wait it moves to a task of its own. (A `read_only`
+    /// tool without a `timeout` is the exception: it runs in the caller's task to its end, and
+    /// dropping this future cancels its read, which changes nothing.) So a body can start in the
+    /// caller's task and go on in another: do not rely on `tokio::task::try_id` or a task-local
+    /// value in a body.
     ///
     /// # Blocking work
     ///

@@ -4,12 +4,13 @@
 //! A caller that stops waiting (the tool's `timeout`, or its future dropped) never cancels a
 //! call that may change something. A call with a `timeout` runs in a task of its own, so that
 //! its caller can be answered `TIMEOUT` on time even while the body keeps its thread. A call
-//! without one runs in its caller's task ([`Detachable`]), which spares the task and the
-//! hand-off between threads; if the caller drops it, the rest of the work moves to a task of
-//! its own and runs to its end. Two kinds of call are answered in the caller's task and never
-//! moved, since neither has work to protect: a `read_only` call without a timeout (dropping it
-//! cancels a read), and a keyed call whose completed record the store holds in this process's
-//! memory (a replay or `CONFLICT`, no body runs). A keyed (`idempotent`) call takes
+//! without one starts in its caller's task: if its work ends without waiting (a store in
+//! memory, a body that does not wait), it is answered there, sparing a task and the hand-off
+//! between threads; at its first wait it moves to a task of its own, which runs to its end
+//! whether or not the caller still polls or waits. Two kinds of call are answered in the
+//! caller's task and never moved, since neither has work to protect: a `read_only` call without
+//! a timeout (dropping it cancels a read), and a keyed call whose completed record the store
+//! holds in this process's memory (a replay or `CONFLICT`, no body runs). A keyed (`idempotent`) call takes
 //! [the keyed path](keyed): reserve → run → complete or release, with replays, conflicts and
 //! stale reservations settled first. Every other call runs its body, once approved if it is
 //! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
@@ -27,14 +28,12 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::StateMap;
-use crate::lease::{panicked, Panic, Recorder, ShutdownReport, What};
+use crate::lease::{panicked, Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, StoreOp, ToolTelemetry};
 use crate::stats::{Counters, Stats};
 use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
@@ -57,64 +56,6 @@ pub struct ToolOutput {
     pub value: Value,
     /// True when this is the recorded result of an earlier call, not a new execution.
     pub replayed: bool,
-}
-
-/// A call's work, polled in its caller's task. A caller that stops waiting (drops it before it
-/// ends) does not cancel it: the rest of the work is handed to a task of its own on the
-/// runtime it started on, where it runs to its end. A panic that escapes the work (a body's
-/// own is caught where it runs) ends it with `Err`.
-struct Detachable<F: Future + Send + 'static>
-where
-    F::Output: Send,
-{
-    /// Boxed, so that handing it to a task moves a pointer, and `None` once it ended.
-    work: Option<Pin<Box<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>>>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl<F: Future + Send + 'static> Detachable<F>
-where
-    F::Output: Send,
-{
-    fn new(work: F) -> Self {
-        Detachable {
-            work: Some(Box::pin(AssertUnwindSafe(work).catch_unwind())),
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-impl<F: Future + Send + 'static> Future for Detachable<F>
-where
-    F::Output: Send,
-{
-    type Output = Result<F::Output, Panic>;
-
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let work = self
-            .work
-            .as_mut()
-            .expect("a call's work is not polled after it ended");
-        let ended = std::task::ready!(work.as_mut().poll(cx));
-        self.work = None;
-        std::task::Poll::Ready(ended)
-    }
-}
-
-impl<F: Future + Send + 'static> Drop for Detachable<F>
-where
-    F::Output: Send,
-{
-    fn drop(&mut self) {
-        if let Some(work) = self.work.take() {
-            // The caller stopped waiting: the work goes on without it. On a runtime that is
-            // shutting down, the task is dropped unrun, as a spawned call's would be.
-            drop(self.runtime.spawn(work));
-        }
-    }
 }
 
 /// The answer to a call of `tool` whose task ended without one: a panic past the body's own
@@ -351,10 +292,22 @@ impl Executor {
             }
         };
         let Some(limit) = timeout else {
-            // No deadline to keep: the work runs in the caller's task, and moves to a task of
-            // its own only if the caller stops waiting.
-            let work = self.tracker.track_future(observed.scope(body));
-            return Detachable::new(work).await.unwrap_or_else(|panic| {
+            // No deadline to keep: the work starts in the caller's task. Work that ends without
+            // waiting (a store in memory, a body that does not wait) is answered there, with no
+            // task; work that waits goes on in a task of its own, which the runtime polls
+            // whether or not its caller does, and which a caller that stops waiting leaves
+            // running.
+            let mut work = Box::pin(
+                AssertUnwindSafe(self.tracker.track_future(observed.scope(body))).catch_unwind(),
+            );
+            let ended = match futures_util::poll!(&mut work) {
+                std::task::Poll::Ready(ended) => ended,
+                std::task::Poll::Pending => match tokio::spawn(work).await {
+                    Ok(ended) => ended,
+                    Err(e) => return Err(task_ended(&def.name, e)),
+                },
+            };
+            return ended.unwrap_or_else(|panic| {
                 // Past the body's own catch: the work may have been done, and not recorded.
                 let err = panicked(What::Tool(&def.name), "call", panic);
                 observed.finish(Err(&err));
