@@ -506,6 +506,18 @@ async fn set_thermostat(thermostat: State<Thermostat>, celsius: u32) -> Result<u
     Ok(celsius)
 }
 
+/// A runtime of one `flavor`: `current_thread`, or `multi_thread` with two workers.
+fn runtime(flavor: &str) -> tokio::runtime::Runtime {
+    let mut builder = match flavor {
+        "current_thread" => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if flavor != "current_thread" {
+        builder.worker_threads(2);
+    }
+    builder.enable_all().build().unwrap()
+}
+
 /// A call without a `timeout` starts in its caller's task and moves to a task of its own at its
 /// first wait; a caller that stops waiting leaves that task running. Shown for a keyed call
 /// dropped mid-body by a timeout around it, and by aborting the task that made it on a
@@ -515,18 +527,7 @@ async fn set_thermostat(thermostat: State<Thermostat>, celsius: u32) -> Result<u
 fn a_dropped_caller_of_a_call_without_a_timeout_leaves_its_work_to_a_task() {
     use billing::SendInvoiceBriefLease;
     for flavor in ["current_thread", "multi_thread"] {
-        let rt = match flavor {
-            "current_thread" => tokio::runtime::Builder::new_current_thread(),
-            _ => {
-                let mut b = tokio::runtime::Builder::new_multi_thread();
-                b.worker_threads(2);
-                b
-            }
-        }
-        .enable_all()
-        .build()
-        .unwrap();
-        rt.block_on(async {
+        runtime(flavor).block_on(async {
             let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
             let thermostat = Arc::new(Thermostat::default());
             let toolbox = Arc::new(
@@ -599,14 +600,7 @@ fn a_dropped_caller_of_a_call_without_a_timeout_leaves_its_work_to_a_task() {
 fn a_call_its_caller_stops_polling_goes_on_and_shutdown_waits_for_it() {
     use billing::SendInvoiceBriefLease;
     for flavor in ["current_thread", "multi_thread"] {
-        let rt = match flavor {
-            "current_thread" => tokio::runtime::Builder::new_current_thread(),
-            _ => tokio::runtime::Builder::new_multi_thread(),
-        }
-        .enable_all()
-        .build()
-        .unwrap();
-        rt.block_on(async {
+        runtime(flavor).block_on(async {
             let billing = Arc::new(Billing::with_delay(Duration::from_millis(200)));
             let toolbox = Toolbox::builder()
                 .shared_state(billing.clone())

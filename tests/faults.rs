@@ -311,6 +311,16 @@ struct Gated {
     toolbox: Toolbox,
 }
 
+/// A toolbox of `gated_pick` on `store`, picking in `warehouse`.
+fn gated_toolbox(store: &Arc<FaultyStore<MemoryStore>>, warehouse: &Arc<Warehouse>) -> Toolbox {
+    Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(warehouse.clone())
+        .tool(GatedPick)
+        .build()
+        .unwrap()
+}
+
 impl Gated {
     fn new(renew: Fault) -> Gated {
         let warehouse = Arc::new(Warehouse::default());
@@ -320,12 +330,7 @@ impl Gated {
             MemoryStore::new(),
             Plan::script([(Op::Renew, renew)]),
         ));
-        let toolbox = Toolbox::builder()
-            .shared_store(store.clone())
-            .shared_state(warehouse.clone())
-            .tool(GatedPick)
-            .build()
-            .unwrap();
+        let toolbox = gated_toolbox(&store, &warehouse);
         Gated {
             warehouse,
             gate,
@@ -426,12 +431,7 @@ async fn an_outcome_retried_after_the_call_keeps_its_lease_on_one_thread() {
         MemoryStore::new(),
         Plan::random(1).fail_before(1.0).only([Op::Complete]),
     ));
-    let toolbox = Toolbox::builder()
-        .shared_store(store.clone())
-        .shared_state(warehouse.clone())
-        .tool(GatedPick)
-        .build()
-        .unwrap();
+    let toolbox = gated_toolbox(&store, &warehouse);
     let args = json!({"order": "o-7"});
     let out = toolbox
         .call("gated_pick", args.clone(), &ctx())
