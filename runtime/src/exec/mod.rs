@@ -10,9 +10,10 @@
 //! whether or not the caller still polls or waits. Two kinds of call are answered in the
 //! caller's task and never moved, since neither has work to protect: a `read_only` call without
 //! a timeout (dropping it cancels a read), and a keyed call whose completed record the store
-//! holds in this process's memory (a replay or `CONFLICT`, no body runs). A keyed (`idempotent`) call takes
-//! [the keyed path](keyed): reserve → run → complete or release, with replays, conflicts and
-//! stale reservations settled first. Every other call runs its body, once approved if it is
+//! holds in this process's memory (a replay or `CONFLICT`, no body runs).
+//!
+//! A keyed (`idempotent`) call takes [the keyed path](keyed): reserve → run → complete or
+//! release, with replays, conflicts and stale reservations settled first. Every other call runs its body, once approved if it is
 //! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
 //!
 //! Before a body runs, the call meets its tool's [limits](limits): a call that failed as often
@@ -301,15 +302,19 @@ impl Executor {
                 AssertUnwindSafe(self.tracker.track_future(observed.scope(body))).catch_unwind(),
             );
             let ended = match futures_util::poll!(&mut work) {
-                std::task::Poll::Ready(ended) => ended,
+                std::task::Poll::Ready(ended) => ended.map_err(|panic| {
+                    // Past the body's own catch: the work may have been done, and not recorded.
+                    panicked(What::Tool(&def.name), "call", panic)
+                }),
                 std::task::Poll::Pending => match tokio::spawn(work).await {
-                    Ok(ended) => ended,
-                    Err(e) => return Err(task_ended(&def.name, e)),
+                    Ok(ended) => {
+                        ended.map_err(|panic| panicked(What::Tool(&def.name), "call", panic))
+                    }
+                    // The runtime is shutting down, and dropped the task.
+                    Err(e) => Err(task_ended(&def.name, e)),
                 },
             };
-            return ended.unwrap_or_else(|panic| {
-                // Past the body's own catch: the work may have been done, and not recorded.
-                let err = panicked(What::Tool(&def.name), "call", panic);
+            return ended.unwrap_or_else(|err| {
                 observed.finish(Err(&err));
                 Err(err)
             });
