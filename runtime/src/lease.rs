@@ -41,8 +41,8 @@ pub(crate) enum Renewal {
         lost: Arc<AtomicBool>,
         task: JoinHandle<()>,
     },
-    /// Not renewing: the work's own task renewed the lease while the work ran, and the last
-    /// renewal left it at least two thirds of a lease. [`resume`](Self::resume) starts a task.
+    /// Not renewing: the work's own task renewed the lease while the work ran, every third of
+    /// a lease while the store answered. [`resume`](Self::resume) starts a task.
     Paused { lease: Duration, lost: bool },
 }
 

@@ -302,18 +302,16 @@ impl Executor {
                 AssertUnwindSafe(self.tracker.track_future(observed.scope(body))).catch_unwind(),
             );
             let ended = match futures_util::poll!(&mut work) {
-                std::task::Poll::Ready(ended) => ended.map_err(|panic| {
-                    // Past the body's own catch: the work may have been done, and not recorded.
-                    panicked(What::Tool(&def.name), "call", panic)
-                }),
-                std::task::Poll::Pending => match tokio::spawn(work).await {
-                    Ok(ended) => {
-                        ended.map_err(|panic| panicked(What::Tool(&def.name), "call", panic))
-                    }
-                    // The runtime is shutting down, and dropped the task.
-                    Err(e) => Err(task_ended(&def.name, e)),
-                },
+                std::task::Poll::Ready(ended) => Ok(ended),
+                std::task::Poll::Pending => tokio::spawn(work).await,
             };
+            // Past the body's own catch (a panic: the work may have been done, and not
+            // recorded), or a runtime shutting down that dropped the task.
+            let ended = ended
+                .map_err(|e| task_ended(&def.name, e))
+                .and_then(|ended| {
+                    ended.map_err(|panic| panicked(What::Tool(&def.name), "call", panic))
+                });
             return ended.unwrap_or_else(|err| {
                 observed.finish(Err(&err));
                 Err(err)
