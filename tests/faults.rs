@@ -127,6 +127,52 @@ async fn a_body_that_blocks_its_thread_keeps_its_lease() {
     assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
 }
 
+/// Pick an order, looked up before a retry acts; a short lease and no timeout, so the call runs
+/// in its caller's task until its first wait.
+#[tool(idempotent(key = "held-pick:<order>", recover = find_pick), lease = "300ms")]
+async fn held_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    Ok(warehouse.pick(&order).await)
+}
+
+/// A body without a timeout that blocks its thread before it ever waits blocks its caller's
+/// thread (here the runtime's `block_on`, outside any task), not a worker: its lease is renewed
+/// from a task the workers run, so a retry 500 ms in, past the 300 ms lease, finds it in
+/// progress instead of taking the key over and picking a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_blocks_its_callers_thread_keeps_its_lease() {
+    let warehouse = Arc::new(Warehouse::default());
+    *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+    let toolbox = Arc::new(
+        Toolbox::builder()
+            .shared_state(warehouse.clone())
+            .tool(HeldPick)
+            .build()
+            .unwrap(),
+    );
+    let retry = {
+        let toolbox = toolbox.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            toolbox
+                .call("held_pick", json!({"order": "o-9"}), &ctx())
+                .await
+        })
+    };
+    let first = toolbox
+        .call("held_pick", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((first.value, first.replayed), (json!("pick-1"), false));
+    let err = retry.await.unwrap().unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    let replay = toolbox
+        .call("held_pick", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
+    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
+}
+
 /// The outcome's first write fails: it is written again until the store takes it, so the next
 /// call, long after the lease would have lapsed, replays it instead of saying "unknown".
 #[tokio::test]
