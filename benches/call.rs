@@ -107,30 +107,24 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    // A keyed call's fingerprint over six scalar fields, written from the fields as a call
-    // writes it (2026-12-01: 434 ns; 715 ns through the JSON value, the way every fingerprint
-    // was written before, measured from a build with the direct way turned off).
-    #[derive(Serialize)]
-    struct Order<'a> {
-        amount: f64,
-        currency: &'a str,
-        description: &'a str,
-        quantity: u32,
-        express: bool,
-        note: Option<&'a str>,
-    }
-    let order = Order {
-        amount: 129.5,
-        currency: "EUR",
-        description: "two seats, row 12",
-        quantity: 2,
-        express: false,
-        note: Some("aisle if possible"),
-    };
+    // A keyed call's fingerprint over six scalar fields, written field by field as a call
+    // writes it (2026-12-01: 434 ns from a struct of the fields; 715 ns through the JSON
+    // value, the way every fingerprint was written before).
+    let (amount, currency, description) = (129.5f64, "EUR", "two seats, row 12");
+    let (quantity, express, note) = (2u32, false, Some("aisle if possible"));
     static SCHEMA: toolkey::__private::FingerprintSchema =
         toolkey::__private::FingerprintSchema::new(|| json!({}));
     group.bench_function("fingerprint, 6 fields, from the fields", |b| {
-        b.iter(|| toolkey::__private::fingerprint("book", &order, &SCHEMA).unwrap())
+        b.iter(|| {
+            let mut f = toolkey::__private::FingerprintFields::new("book", &SCHEMA);
+            f.field("amount", &amount);
+            f.field("currency", &currency);
+            f.field("description", &description);
+            f.field("express", &express);
+            f.field("note", &note);
+            f.field("quantity", &quantity);
+            toolkey::__private::fingerprint(f).unwrap()
+        })
     });
 
     let plain = toolbox(None, ledger.clone());

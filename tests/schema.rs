@@ -108,3 +108,198 @@ fn status_companion_requires_the_key_fields_and_accepts_the_rest() {
     assert_eq!(status.story(), Story::ReadOnly);
     assert!(status.annotations().read_only);
 }
+
+/// Two tools alike in every field, type and doc: `plain_order`, whose status companion is built
+/// from its target's schema and reads its key field by field, and `derived_order`, whose one
+/// serde attribute (a rename to the field's own name, which changes nothing) makes the macro
+/// derive the companion's arguments struct instead. Their companions must not differ in
+/// anything a model or a caller sees.
+mod alike {
+    use std::collections::{BTreeSet, HashMap};
+
+    use serde::{Deserialize, Serialize};
+    use toolkey::{tool, ToolError};
+
+    /// A line of an order.
+    #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+    pub struct Line {
+        pub sku: String,
+        pub quantity: u32,
+    }
+
+    /// A line of a return: a type of the same name as [`Line`], which schemars names apart.
+    pub mod returns {
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+        pub struct Line {
+            pub reason: String,
+        }
+    }
+
+    /// How fast it goes.
+    #[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Speed {
+        Standard,
+        Express,
+    }
+
+    macro_rules! order_tool {
+        ($name:ident, $prefix:literal $(, #[$attr:meta])?) => {
+            #[tool(idempotent(key = $prefix))]
+            /// Places an order.
+            #[allow(clippy::too_many_arguments)]
+            pub async fn $name(
+                /// The customer.
+                customer: String,
+                /// The order's number.
+                number: u64,
+                /// The branch, when there is one.
+                branch: Option<String>,
+                /// Amount in EUR.
+                amount: f64,
+                /// What goes in the parcel.
+                ///
+                /// One line per product.
+                lines: Vec<Line>,
+                returned: Option<returns::Line>,
+                tags: BTreeSet<String>,
+                /// # Speed
+                /// How fast it travels.
+                speed: Speed,
+                /// Anything else.
+                extra: serde_json::Value,
+                #[doc = " Trailing spaces stay inside.   "]
+                gift: Option<bool>,
+                $(#[$attr])?
+                counts: HashMap<String, u32>,
+            ) -> Result<String, ToolError> {
+                let _ = (&branch, amount, &lines, &returned, &tags, speed, &extra, gift, &counts);
+                Ok(format!("{customer}-{number}"))
+            }
+        };
+    }
+
+    order_tool!(plain_order, "plain-order:<customer>:<number>");
+    order_tool!(
+        derived_order,
+        "derived-order:<customer>:<number>",
+        #[serde(rename = "counts")]
+    );
+}
+
+/// `derived_order`'s text as `plain_order`'s: the names and the key's prefix are the one
+/// difference.
+fn as_plain(value: &Value) -> String {
+    value
+        .to_string()
+        .replace("derived_order", "plain_order")
+        .replace("derived-order", "plain-order")
+}
+
+#[test]
+fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives() {
+    let toolbox = Toolbox::builder()
+        .tool(alike::PlainOrder)
+        .tool(alike::DerivedOrder)
+        .build()
+        .unwrap();
+    let plain = toolbox.definition("plain_order_status").unwrap();
+    let derived = toolbox.definition("derived_order_status").unwrap();
+    assert_eq!(
+        as_plain(derived.input_schema()),
+        plain.input_schema().to_string()
+    );
+    // And what that schema says, so the two cannot agree on something wrong.
+    let schema = plain.input_schema();
+    assert_eq!(schema["required"], json!(["customer", "number"]));
+    assert_eq!(
+        schema["properties"]["amount"]["type"],
+        json!(["number", "null"])
+    );
+    assert_eq!(schema["properties"]["speed"]["title"], "Speed");
+    assert_eq!(
+        schema["properties"]["speed"]["description"],
+        "How fast it travels.\n\nIgnored by `plain_order_status`: accepted so that the arguments of a `plain_order` call can be passed as they are."
+    );
+    assert_eq!(
+        schema["properties"]["tags"]["description"],
+        "Ignored by `plain_order_status`: accepted so that the arguments of a `plain_order` call can be passed as they are."
+    );
+    assert!(schema["properties"]["gift"]["description"]
+        .as_str()
+        .unwrap()
+        .starts_with("Trailing spaces stay inside.   \n\nIgnored"));
+    assert_eq!(
+        schema["properties"]["lines"]["items"]["$ref"],
+        "#/$defs/Line"
+    );
+    assert_eq!(schema["additionalProperties"], json!(false));
+    // The target's own schema is untouched.
+    let target = toolbox.definition("plain_order").unwrap().input_schema();
+    assert_eq!(target["properties"]["amount"]["type"], "number");
+    assert_eq!(target["required"].as_array().unwrap().len(), 8);
+}
+
+#[tokio::test]
+async fn a_status_companion_read_field_by_field_answers_as_its_derived_struct_does() {
+    let toolbox = Toolbox::builder()
+        .tool(alike::PlainOrder)
+        .tool(alike::DerivedOrder)
+        .build()
+        .unwrap();
+    let ctx = toolkey::ToolContext::new("run-1");
+    let full = json!({
+        "customer": "acme", "number": 7, "branch": "north", "amount": 12.5,
+        "lines": [{"sku": "a", "quantity": 1}], "tags": ["x"], "speed": "express",
+        "extra": {"any": 1}, "gift": true, "counts": {"a": 1},
+    });
+    for name in ["plain_order", "derived_order"] {
+        toolbox.call(name, full.clone(), &ctx).await.unwrap();
+    }
+    let cases = [
+        full.clone(),
+        // The key alone, and another key than the call's.
+        json!({"customer": "acme", "number": 7}),
+        json!({"customer": "acme", "number": 8}),
+        json!({"customer": "acme", "number": 7, "branch": null}),
+        // Ignored fields take anything, of any type, or null.
+        json!({"customer": "acme", "number": 7, "branch": "north", "amount": "lots",
+               "lines": 3, "speed": null, "tags": {"no": "set"}}),
+        // An integral float is an integer, as for the target.
+        json!({"customer": "acme", "number": 7.0}),
+        // What is refused, and how it is told.
+        json!({"customer": "acme", "number": 7.5}),
+        json!({"customer": "acme", "number": -1}),
+        json!({"customer": "acme", "number": "7"}),
+        json!({"customer": 5, "number": 7}),
+        json!({"number": 7}),
+        json!({"customer": "acme"}),
+        json!({"customer": "acme", "number": 7, "nubmer": 7}),
+        // Unknown before faulty, as the derived struct reads them in order.
+        json!({"custmer": "acme", "number": "x"}),
+        json!({"customer": "acme", "number": 7, "branch": 5}),
+        json!({}),
+        Value::Null,
+        json!([]),
+        json!(["acme", 7]),
+        json!("acme"),
+    ];
+    for args in cases {
+        let mut answers = Vec::new();
+        for name in ["plain_order_status", "derived_order_status"] {
+            let answer = match toolbox.call(name, args.clone(), &ctx).await {
+                // Each call completed at its own instant.
+                Ok(mut output) => {
+                    if let Some(answer) = output.value.as_object_mut() {
+                        answer.remove("completed_at");
+                    }
+                    json!({"ok": output.value})
+                }
+                Err(err) => json!({"err": err.to_json()}),
+            };
+            answers.push(answer);
+        }
+        assert_eq!(answers[0].to_string(), as_plain(&answers[1]), "{args}");
+        println!("{args} -> {}", answers[0]);
+    }
+}

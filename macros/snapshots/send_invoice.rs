@@ -53,19 +53,8 @@ const _: () = {
         ::toolkey::__private::KeyBuilder::part::<String>(&mut __k, period, "period");
         __k.finish()
     }
-    #[derive(
-        ::toolkey::__private::serde::Serialize,
-        ::toolkey::__private::schemars::JsonSchema
-    )]
-    #[serde(crate = "::toolkey::__private::serde")]
-    #[schemars(crate = "::toolkey::__private::schemars")]
-    struct __Fingerprint<'__a> {
-        amount: &'__a f64,
-        #[serde(skip)]
-        __lifetime: ::toolkey::__private::core::marker::PhantomData<&'__a ()>,
-    }
     static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
-        ::toolkey::__private::schema_for::<__Fingerprint<'static>>,
+        ::toolkey::__private::schema_for::<__Args>,
     );
     #[automatically_derived]
     impl ::toolkey::__private::Tool for SendInvoice {
@@ -114,14 +103,14 @@ const _: () = {
                 ::toolkey::__private::schema_for::<__Args>,
             )?;
             let __key = __key(__ctx, &__a.customer, &__a.period)?;
-            let __fp = ::toolkey::__private::fingerprint(
-                "send_invoice",
-                &__Fingerprint {
-                    amount: &__a.amount,
-                    __lifetime: ::toolkey::__private::core::marker::PhantomData,
-                },
-                &__FINGERPRINT_SCHEMA,
-            )?;
+            let __fp = ::toolkey::__private::fingerprint({
+                let mut __f = ::toolkey::__private::FingerprintFields::new(
+                    "send_invoice",
+                    &__FINGERPRINT_SCHEMA,
+                );
+                __f.field("amount", &__a.amount);
+                __f
+            })?;
             ::core::result::Result::Ok(
                 ::toolkey::__private::Call::keyed(
                     __key,
@@ -154,44 +143,40 @@ const _: () = {
         fn status_companion(
             &self,
         ) -> ::core::option::Option<::toolkey::__private::StatusCompanion> {
-            #[derive(
-                ::toolkey::__private::serde::Deserialize,
-                ::toolkey::__private::schemars::JsonSchema
-            )]
-            #[serde(crate = "::toolkey::__private::serde", deny_unknown_fields)]
-            #[schemars(crate = "::toolkey::__private::schemars")]
-            struct __StatusArgs {
-                /// Customer ID, for example "acme".
-                customer: String,
-                /// Billing period as YYYY-MM, for example "2026-10".
-                period: String,
-                /// Amount in EUR.
-                ///
-                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
-                #[serde(default)]
-                #[schemars(with = "::core::option::Option<f64>")]
-                #[allow(dead_code)]
-                amount: ::core::option::Option<::toolkey::__private::Ignored>,
-                /// What the invoice is for.
-                ///
-                /// Ignored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.
-                #[serde(default)]
-                #[schemars(with = "::core::option::Option<String>")]
-                #[allow(dead_code)]
-                memo: ::core::option::Option<::toolkey::__private::Ignored>,
-            }
             ::core::option::Option::Some(
                 ::toolkey::__private::status_companion(
                     "send_invoice",
                     "invoice_status",
-                    ::toolkey::__private::schema_for::<__StatusArgs>(),
+                    ::toolkey::__private::status_schema(
+                        ::toolkey::__private::schema_for::<__Args>(),
+                        ::toolkey::__private::prime_generator::<__Args>,
+                        &[
+                            ::toolkey::__private::IgnoredField {
+                                name: "amount",
+                                nullable: ::toolkey::__private::nullable_schema::<f64>,
+                                title: "",
+                                description: "Amount in EUR.\n\nIgnored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.",
+                            },
+                            ::toolkey::__private::IgnoredField {
+                                name: "memo",
+                                nullable: ::toolkey::__private::nullable_schema::<String>,
+                                title: "",
+                                description: "What the invoice is for.\n\nIgnored by `invoice_status`: accepted so that the arguments of a `send_invoice` call can be passed as they are.",
+                            },
+                        ],
+                    ),
                     ::toolkey::__private::std::boxed::Box::new(|__args, __ctx| {
-                        let __s: __StatusArgs = ::toolkey::__private::parse_args(
+                        let __s = ::toolkey::__private::StatusArgs::new(
                             "invoice_status",
                             &__args,
-                            ::toolkey::__private::schema_for::<__StatusArgs>,
+                            &["customer", "period", "amount", "memo"],
+                            ::toolkey::__private::schema_for::<__Args>,
                         )?;
-                        __key(__ctx, &__s.customer, &__s.period)
+                        __key(
+                            __ctx,
+                            &__s.key::<String>("customer")?,
+                            &__s.key::<String>("period")?,
+                        )
                     }),
                 ),
             )

@@ -41,31 +41,90 @@ impl Fingerprint {
     }
 }
 
-impl Fingerprint {
-    /// The fingerprint of one call of `tool`: its name, then its defining arguments as
-    /// [`FingerprintSchema`] canonicalizes them (arrays the schema calls sets are sorted, so
-    /// equal sets are equal whatever their order in memory). Two tools that share a key
-    /// template therefore never replay each other's results: their calls are a `CONFLICT`.
-    pub(crate) fn of_call<T: Serialize + ?Sized>(
-        tool: &str,
-        args: &T,
-        schema: &FingerprintSchema,
-    ) -> Result<Fingerprint, serde_json::Error> {
+/// A call's fingerprint, written field by field: the name of its tool, then the canonical JSON
+/// object of its defining arguments, each field as [`FingerprintSchema`] canonicalizes it
+/// (arrays the schema calls sets are sorted, so equal sets are equal whatever their order in
+/// memory). Two tools that share a key template therefore never replay each other's results:
+/// their calls are a `CONFLICT`.
+///
+/// Generated code gives the fields in the byte order of their names, which is the order the
+/// canonical object writes them in: the text goes straight into the hash, with no buffer and no
+/// value built for a field that is a scalar. Only [`field`](Self::field) is generic, over the
+/// field's type, so tools share its code for the types they share.
+#[doc(hidden)]
+pub struct FingerprintFields<'s> {
+    hasher: HashSink,
+    schema: &'s Value,
+    has_sets: bool,
+    last: Option<&'static str>,
+    error: Option<serde_json::Error>,
+}
+
+impl<'s> FingerprintFields<'s> {
+    /// Starts the fingerprint of a call of `tool`.
+    pub fn new(tool: &str, schema: &'s FingerprintSchema) -> Self {
         let (schema, has_sets) = schema.get();
         let mut hasher = HashSink(Sha256::new());
         write_string(tool, &mut hasher).expect("hashing cannot fail");
-        hasher.0.update(b"\n");
-        // A struct of scalars (most tools' arguments) is written as it is, without building its
-        // value first; the bytes are the same (see `direct`). Sets must be sorted in the value.
-        if !has_sets && direct::write_fields(args, &mut hasher).is_ok() {
-            return Ok(Fingerprint(hasher.0.finalize().into()));
+        hasher.0.update(b"\n{");
+        FingerprintFields {
+            hasher,
+            schema,
+            has_sets,
+            last: None,
+            error: None,
         }
-        let mut value = serde_json::to_value(args)?;
-        if has_sets {
-            sort_sets(&mut value, &[schema], schema, 0);
+    }
+
+    /// Adds field `name` (its serde name), which sorts after every field added before it.
+    pub fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) {
+        if self.error.is_some() {
+            return;
         }
-        write_canonical(&value, &mut hasher).expect("hashing cannot fail");
-        Ok(Fingerprint(hasher.0.finalize().into()))
+        self.name(name);
+        // A scalar is written as it is; anything else, or anything when the schema has sets,
+        // goes through its value.
+        if !self.has_sets && value.serialize(direct::Scalar(&mut self.hasher)).is_ok() {
+            return;
+        }
+        match serde_json::to_value(value) {
+            Ok(value) => self.value(name, value),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn name(&mut self, name: &'static str) {
+        debug_assert!(
+            self.last
+                .is_none_or(|last| last.as_bytes() < name.as_bytes()),
+            "fingerprint fields must come in the byte order of their names: {name:?} after {:?}",
+            self.last
+        );
+        if self.last.is_some() {
+            self.hasher.0.update(b",");
+        }
+        self.last = Some(name);
+        write_string(name, &mut self.hasher).expect("hashing cannot fail");
+        self.hasher.0.update(b":");
+    }
+
+    fn value(&mut self, name: &str, mut value: Value) {
+        if self.has_sets {
+            let mut candidates = Vec::new();
+            expand(self.schema, self.schema, 0, &mut candidates);
+            let schemas = property_schemas(&candidates, name);
+            sort_sets(&mut value, &schemas, self.schema, 1);
+        }
+        write_canonical(&value, &mut self.hasher).expect("hashing cannot fail");
+    }
+
+    /// The fingerprint, or why a field could not be written.
+    pub fn finish(mut self) -> Result<Fingerprint, serde_json::Error> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.hasher.0.update(b"}");
+        Ok(Fingerprint(self.hasher.0.finalize().into()))
     }
 }
 
@@ -195,30 +254,33 @@ fn sort_sets(value: &mut Value, schemas: &[&Value], root: &Value, depth: usize) 
         }
         Value::Object(map) => {
             for (name, field) in map.iter_mut() {
-                // A named property, else the schemas of patterned or additional properties
-                // (maps keyed by integers have a `patternProperties` schema; without a regex
-                // engine every pattern is taken to match, and a set is only sorted when all
-                // of them say it is one).
-                let mut field_schemas: Vec<&Value> = Vec::new();
-                for s in &candidates {
-                    if let Some(named) = s.get("properties").and_then(|p| p.get(name.as_str())) {
-                        field_schemas.push(named);
-                        continue;
-                    }
-                    if let Some(Value::Object(patterns)) = s.get("patternProperties") {
-                        field_schemas.extend(patterns.values());
-                    }
-                    if let Some(additional) =
-                        s.get("additionalProperties").filter(|a| a.is_object())
-                    {
-                        field_schemas.push(additional);
-                    }
-                }
+                let field_schemas = property_schemas(&candidates, name);
                 sort_sets(field, &field_schemas, root, depth + 1);
             }
         }
         _ => {}
     }
+}
+
+/// The schemas of property `name` of an object that `candidates` describe: the named property,
+/// else the schemas of patterned or additional properties (maps keyed by integers have a
+/// `patternProperties` schema; without a regex engine every pattern is taken to match, and a
+/// set is only sorted when all of them say it is one).
+fn property_schemas<'a>(candidates: &[&'a Value], name: &str) -> Vec<&'a Value> {
+    let mut field_schemas: Vec<&Value> = Vec::new();
+    for s in candidates {
+        if let Some(named) = s.get("properties").and_then(|p| p.get(name)) {
+            field_schemas.push(named);
+            continue;
+        }
+        if let Some(Value::Object(patterns)) = s.get("patternProperties") {
+            field_schemas.extend(patterns.values());
+        }
+        if let Some(additional) = s.get("additionalProperties").filter(|a| a.is_object()) {
+            field_schemas.push(additional);
+        }
+    }
+    field_schemas
 }
 
 impl From<Fingerprint> for String {

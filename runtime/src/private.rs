@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::context::StateMap;
-pub use crate::fingerprint::{canonical_json, FingerprintSchema};
+pub use crate::fingerprint::{canonical_json, FingerprintFields, FingerprintSchema};
 pub use crate::key::KeyBuilder;
 pub use crate::story::{Annotations, Story};
 pub use crate::tool::{
@@ -18,7 +18,10 @@ pub use ::serde;
 pub use ::serde_json;
 pub use ::std;
 
-pub use crate::schema::{parse_args, schema_for};
+pub use crate::schema::{
+    nullable_schema, parse_args, parse_status_args, prime_generator, schema_for, status_schema,
+    IgnoredField, StatusArgs,
+};
 use crate::texts;
 
 /// A `#[tool]` fn's return type: `Result<T, E>` with a serializable `T` and `E: Into<ToolError>`.
@@ -83,13 +86,11 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ToolError> {
     serde_json::to_value(value).map_err(|e| texts::unrecordable_result(&e.to_string()))
 }
 
-/// The fingerprint of one call of `tool`, from the arguments that define the action.
-pub fn fingerprint<T: Serialize>(
-    tool: &str,
-    value: &T,
-    schema: &FingerprintSchema,
-) -> Result<Fingerprint, ToolError> {
-    Fingerprint::of_call(tool, value, schema).map_err(|e| texts::unfingerprintable(&e.to_string()))
+/// The fingerprint of one call of `tool`, from the fields that define the action.
+pub fn fingerprint(fields: FingerprintFields<'_>) -> Result<Fingerprint, ToolError> {
+    fields
+        .finish()
+        .map_err(|e| texts::unfingerprintable(&e.to_string()))
 }
 
 /// `ctx.run_id` for key templates.

@@ -4,8 +4,9 @@
 //! Generated code reaches these through `__private`; the schema profiles of
 //! [`export`](crate::export) start from [`schema_for`]'s canonical form.
 
+use schemars::SchemaGenerator;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::{texts, ToolError};
 
@@ -14,7 +15,11 @@ use crate::{texts, ToolError};
 /// and with every plain object closed, as the arguments struct itself is.
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
-    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    canonical(generator.into_root_schema_for::<T>().to_value())
+}
+
+/// The canonical form of a schema schemars derived: compiled once, not once per type.
+fn canonical(mut schema: Value) -> Value {
     if let Value::Object(root) = &mut schema {
         root.shift_remove("title");
     }
@@ -26,19 +31,59 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 /// expects.
 ///
 /// They are read with serde alone first; only arguments that fail are read again, tracking the
-/// path to the field at fault for the error.
+/// path to the field at fault for the error. Only the reading is generic: what comes before and
+/// after is compiled once, not once per tool.
 pub fn parse_args<A: DeserializeOwned>(
     tool: &str,
     args: &Value,
-    schema: impl FnOnce() -> Value,
+    schema: fn() -> Value,
 ) -> Result<A, ToolError> {
-    let empty;
-    let args = match args {
-        Value::Null => {
-            empty = Value::Object(Default::default());
-            &empty
+    let empty = Map::new();
+    let args = arguments_object(tool, args)?.unwrap_or(&empty);
+    // Read as a map (a `&Map` deserializer), never as a value: a struct's visitor for arrays,
+    // which an object never reaches, is then not compiled for every tool.
+    if let Ok(parsed) = A::deserialize(args) {
+        return Ok(parsed);
+    }
+    // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
+    // are read again with their integral floats as integers.
+    if let Some(respelled) = respelled(args) {
+        if let Ok(parsed) = A::deserialize(&respelled) {
+            return Ok(parsed);
         }
-        Value::Object(_) => args,
+    }
+    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
+        let path = err.path().to_string();
+        invalid_arguments(tool, path, err.into_inner(), schema)
+    })
+}
+
+/// Parses a status companion's arguments as [`parse_args`] does, reading them once, with the
+/// path tracked: a companion is read-only and seldom called, and a second reading of its
+/// arguments type would be compiled for every keyed tool.
+pub fn parse_status_args<A: DeserializeOwned>(
+    tool: &str,
+    args: &Value,
+    schema: fn() -> Value,
+) -> Result<A, ToolError> {
+    let empty = Map::new();
+    let args = arguments_object(tool, args)?.unwrap_or(&empty);
+    let respelled = respelled(args);
+    let args = respelled.as_ref().unwrap_or(args);
+    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
+        let path = err.path().to_string();
+        invalid_arguments(tool, path, err.into_inner(), schema)
+    })
+}
+
+/// The arguments, when they are an object; `None` for `null`, read as no arguments.
+fn arguments_object<'a>(
+    tool: &str,
+    args: &'a Value,
+) -> Result<Option<&'a Map<String, Value>>, ToolError> {
+    match args {
+        Value::Null => Ok(None),
+        Value::Object(map) => Ok(Some(map)),
         // serde's derived structs also take their fields as an array, in order: the schema
         // promises an object of named fields, and positional arguments are not what it says.
         other => {
@@ -48,35 +93,37 @@ pub fn parse_args<A: DeserializeOwned>(
                 Value::String(_) => "a string",
                 _ => "an array",
             };
-            return Err(texts::arguments_not_an_object(tool, kind));
+            Err(texts::arguments_not_an_object(tool, kind))
         }
-    };
-    if let Ok(parsed) = A::deserialize(args) {
-        return Ok(parsed);
     }
-    // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
-    // are read again with their integral floats as integers.
-    if has_integral_float(args) {
+}
+
+/// `args` with its integral floats as integers, when it has any.
+fn respelled(args: &Map<String, Value>) -> Option<Map<String, Value>> {
+    args.values().any(has_integral_float).then(|| {
         let mut respelled = args.clone();
-        integral_floats_as_integers(&mut respelled);
-        if let Ok(parsed) = A::deserialize(&respelled) {
-            return Ok(parsed);
-        }
-    }
-    let first = serde_path_to_error::deserialize::<_, A>(args);
-    first.map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner().to_string();
-        let field = if path == "." {
-            field_in(&inner)
-        } else {
-            Some(path.clone())
-        };
-        let expected = field
-            .as_deref()
-            .and_then(|field| describe(&schema(), field));
-        texts::invalid_arguments(tool, &path, &inner, field.as_deref(), expected.as_deref())
+        respelled.values_mut().for_each(integral_floats_as_integers);
+        respelled
     })
+}
+
+/// The error for arguments serde refused at `path`.
+fn invalid_arguments(
+    tool: &str,
+    path: String,
+    err: serde_json::Error,
+    schema: fn() -> Value,
+) -> ToolError {
+    let inner = err.to_string();
+    let field = if path == "." {
+        field_in(&inner)
+    } else {
+        Some(path.clone())
+    };
+    let expected = field
+        .as_deref()
+        .and_then(|field| describe(&schema(), field));
+    texts::invalid_arguments(tool, &path, &inner, field.as_deref(), expected.as_deref())
 }
 
 /// True when `value` holds a float with no fractional part that an integer type could hold.
@@ -140,6 +187,161 @@ fn describe(schema: &Value, field: &str) -> Option<String> {
         Some(description) => format!("{ty} ({description})"),
         None => ty,
     })
+}
+
+/// A field of a status companion's target that the companion accepts and ignores: its name, the
+/// schema of `Option<T>` for its type `T` ([`nullable_schema`]), and the title and description
+/// its docs give, with the companion's note that it is ignored. Built by generated code.
+#[doc(hidden)]
+pub struct IgnoredField {
+    /// The field's name.
+    pub name: &'static str,
+    /// The schema of `Option<T>`, from a generator that has seen the target's arguments.
+    pub nullable: fn(&mut SchemaGenerator) -> Value,
+    /// The title its docs give, or `""`.
+    pub title: &'static str,
+    /// The description its docs give, or `""`.
+    pub description: &'static str,
+}
+
+/// The schema of `Option<T>`, as schemars derives it for a field (definitions left out: the
+/// target's schema has them).
+pub fn nullable_schema<T: schemars::JsonSchema>(generator: &mut SchemaGenerator) -> Value {
+    generator.subschema_for::<Option<T>>().to_value()
+}
+
+/// Shows `generator` the type `A` (a tool's arguments), so that the definitions it names for
+/// `A`'s fields, two types of one name among them, are named as in `A`'s own schema.
+pub fn prime_generator<A: schemars::JsonSchema>(generator: &mut SchemaGenerator) {
+    generator.subschema_for::<A>();
+}
+
+/// A status companion's schema, from its target's (`target`, from [`schema_for`]): each ignored
+/// field takes any value its type takes, or `null`, is no longer required, and says it is
+/// ignored. It is the schema schemars derives for the companion's own arguments struct, whose
+/// ignored fields are `Option<T>` with the docs of `ignored`; built this way, no such struct is
+/// compiled for every keyed tool. `prime` shows the generator the target's arguments type
+/// ([`prime_generator`]).
+pub fn status_schema(
+    mut target: Value,
+    prime: fn(&mut SchemaGenerator),
+    ignored: &[IgnoredField],
+) -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    prime(&mut generator);
+    if let Some(Value::Object(properties)) = target.get_mut("properties") {
+        for field in ignored {
+            if let Some(property) = properties.get_mut(field.name) {
+                let mut schema = schemars::Schema::try_from((field.nullable)(&mut generator))
+                    .unwrap_or_else(|_| schemars::Schema::from(true));
+                // As schemars' derive adds a field's docs: title, then description, if any.
+                for (keyword, text) in [("title", field.title), ("description", field.description)]
+                {
+                    if !text.is_empty() {
+                        schema.insert(keyword.into(), text.into());
+                    }
+                }
+                *property = schema.to_value();
+            }
+        }
+    }
+    if let Value::Object(root) = &mut target {
+        if let Some(Value::Array(required)) = root.get_mut("required") {
+            required.retain(|name| !ignored.iter().any(|field| name == field.name));
+            if required.is_empty() {
+                root.shift_remove("required");
+            }
+        }
+    }
+    canonical(target)
+}
+
+/// A status companion's arguments, read field by field: its target's field names, the key's
+/// fields read as the target reads them, every other field taken whatever it holds. Each key
+/// field is read by a function generic over its type alone, which keyed tools share.
+#[doc(hidden)]
+pub struct StatusArgs<'a> {
+    tool: &'a str,
+    args: Option<&'a Map<String, Value>>,
+    schema: fn() -> Value,
+}
+
+impl<'a> StatusArgs<'a> {
+    /// The arguments of a call of status companion `tool`, whose target has fields `fields`;
+    /// `schema` describes the key's fields for an error.
+    pub fn new(
+        tool: &'a str,
+        args: &'a Value,
+        fields: &'static [&'static str],
+        schema: fn() -> Value,
+    ) -> Result<Self, ToolError> {
+        let args = arguments_object(tool, args)?;
+        // As a struct that denies unknown fields: the first unknown one, in the order given.
+        // (Where arguments have more than one fault, the one named may not be the one the
+        // derived struct would name first; each is a fault.)
+        if let Some(unknown) = args
+            .into_iter()
+            .flat_map(|map| map.keys())
+            .find(|name| !fields.contains(&name.as_str()))
+        {
+            let err = <serde_json::Error as serde::de::Error>::unknown_field(unknown, fields);
+            return Err(invalid_arguments(tool, unknown.clone(), err, schema));
+        }
+        Ok(StatusArgs { tool, args, schema })
+    }
+
+    /// Key field `name`, read as the target's struct reads it: a missing `Option` is `None`, an
+    /// integral float is taken for an integer.
+    pub fn key<T: DeserializeOwned>(&self, name: &'static str) -> Result<T, ToolError> {
+        let Some(value) = self.args.and_then(|map| map.get(name)) else {
+            return T::deserialize(Missing(name))
+                .map_err(|err| invalid_arguments(self.tool, ".".into(), err, self.schema));
+        };
+        if let Ok(parsed) = T::deserialize(value) {
+            return Ok(parsed);
+        }
+        if has_integral_float(value) {
+            let mut respelled = value.clone();
+            integral_floats_as_integers(&mut respelled);
+            if let Ok(parsed) = T::deserialize(&respelled) {
+                return Ok(parsed);
+            }
+        }
+        serde_path_to_error::deserialize::<_, T>(value).map_err(|err| {
+            let inner = err.path().to_string();
+            let path = match inner.as_str() {
+                "." => name.to_string(),
+                _ if inner.starts_with('[') => format!("{name}{inner}"),
+                _ => format!("{name}.{inner}"),
+            };
+            invalid_arguments(self.tool, path, err.into_inner(), self.schema)
+        })
+    }
+}
+
+/// A field that is not there, as serde's derive reads one: `None` for an `Option`, else the
+/// error "missing field".
+struct Missing(&'static str);
+
+impl<'de> serde::Deserializer<'de> for Missing {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::missing_field(self.0))
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_none()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
+    }
 }
 
 #[cfg(test)]

@@ -103,10 +103,6 @@ pub fn expand(tool: &Tool) -> TokenStream {
         let text = t.lit.value();
         quote!(.with_key_template(#text))
     });
-    let field_name = |p: &Param| {
-        let name = p.ident.to_string();
-        name.strip_prefix("r#").unwrap_or(&name).to_string()
-    };
     let ignored = tool.model_params().filter(|p| p.ignore.is_some()).map(|p| {
         let name = field_name(p);
         quote!(.with_ignored_argument(#name))
@@ -179,6 +175,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         ),
         Some((keyed, template)) => {
             let key_fn = key_fn(tool, keyed, template, &tk);
+            let plain_fields = tool.model_params().all(|p| p.forwarded.is_empty());
             let key_args: Vec<TokenStream> = template
                 .params()
                 .map(|name| {
@@ -200,19 +197,37 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 let attrs = p.forwarded.iter().filter(|a| a.path().is_ident("schemars"));
                 quote!(#(#attrs)*)
             });
+            // The fields go into the hash in the byte order of their names, the canonical
+            // object's order, each through a function generic over its type alone.
+            let mut fp_sorted: Vec<(String, &Ident)> = fp_fields
+                .iter()
+                .map(|p| (field_name(p), &p.ident))
+                .collect();
+            fp_sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            let fp_adds = fp_sorted
+                .iter()
+                .map(|(name, ident)| quote!(__f.field(#name, &__a.#ident);));
             // The fingerprint's own schema says which arrays are sets, whose order is no part
             // of the action; it is derived once per process.
-            let fp_struct = quote! {
-                #[derive(#tk::serde::Serialize, #tk::schemars::JsonSchema)]
-                #[serde(crate = #serde_path)]
+            // Where no field carries a serde or schemars attribute, each field's schema in the
+            // arguments' own schema is the one it would have here, under the same name: that
+            // schema serves, and no struct is derived for it.
+            let fp_struct = if plain_fields {
+                quote! {
+                    static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
+                        #tk::FingerprintSchema::new(#tk::schema_for::<__Args>);
+                }
+            } else {
+                quote! {
+                #[derive(#tk::schemars::JsonSchema)]
                 #[schemars(crate = #schemars_path)]
-                struct __Fingerprint<'__a> {
-                    #(#fp_schemars #fp_idents: &'__a #fp_types,)*
-                    #[serde(skip)]
-                    __lifetime: #tk::core::marker::PhantomData<&'__a ()>,
+                #[allow(dead_code)]
+                struct __Fingerprint {
+                    #(#fp_schemars #fp_idents: #fp_types,)*
                 }
                 static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                    #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint<'static>>);
+                    #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint>);
+                }
             };
             let (keep_raw, with_recover) = match &keyed.recover {
                 Some(recover) => (
@@ -232,12 +247,19 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #keep_raw
                 let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
                 let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #tk::fingerprint(#name, &__Fingerprint { #(#fp_idents: &__a.#fp_idents,)* __lifetime: #tk::core::marker::PhantomData }, &__FINGERPRINT_SCHEMA)?;
+                let __fp = #tk::fingerprint({
+                    let mut __f = #tk::FingerprintFields::new(#name, &__FINGERPRINT_SCHEMA);
+                    #(#fp_adds)*
+                    __f
+                })?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
             let companion = keyed.status.as_ref().map(|(status, _)| {
                 let key_params: Vec<&Param> =
                     template.params().filter_map(|n| tool.param(n)).collect();
+                if let Some(plain) = plain_status(tool, &key_params, status, name, &tk) {
+                    return plain;
+                }
                 // The companion takes its target's whole argument set, so "call the status tool
                 // with the same arguments" works as written: the key fields as the target has
                 // them, every other field accepted whatever it holds, ignored, and said so.
@@ -280,7 +302,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                             #status,
                             #tk::schema_for::<__StatusArgs>(),
                             #tk::std::boxed::Box::new(|__args, __ctx| {
-                                let __s: __StatusArgs = #tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
+                                let __s: __StatusArgs = #tk::parse_status_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
                                 __key(__ctx, #(#args),*)
                             }),
                         ))
@@ -336,6 +358,102 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #companion
             }
         };
+    }
+}
+
+/// The status companion of a tool whose fields carry no serde or schemars attribute and whose
+/// docs are plain text: its schema is built from the target's, and its arguments are read field
+/// by field, so no arguments struct of its own is derived and compiled for every keyed tool.
+/// `None` when a field's attributes or docs need the derived struct (`status_companion` above).
+fn plain_status(
+    tool: &Tool,
+    key_params: &[&Param],
+    status: &str,
+    name: &str,
+    tk: &TokenStream,
+) -> Option<TokenStream> {
+    if !tool.model_params().all(|p| p.forwarded.is_empty()) {
+        return None;
+    }
+    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
+    let note = format!("Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.");
+    let mut ignored = Vec::new();
+    for p in tool.model_params().filter(|p| !is_key(p)) {
+        // The docs as the derived struct's field has them: the field's, an empty line, the note.
+        let mut lines = doc_lines(&p.docs)?;
+        lines.push(String::new());
+        lines.push(note.clone());
+        let (title, description) = title_and_description(&lines);
+        let (field, ty) = (field_name(p), &p.ty);
+        ignored.push(quote! {
+            #tk::IgnoredField {
+                name: #field,
+                nullable: #tk::nullable_schema::<#ty>,
+                title: #title,
+                description: #description,
+            }
+        });
+    }
+    let fields = tool.model_params().map(field_name);
+    let keys = key_params.iter().map(|p| {
+        let (field, ty) = (field_name(p), &p.ty);
+        quote!(&__s.key::<#ty>(#field)?)
+    });
+    Some(quote! {
+        fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
+            ::core::option::Option::Some(#tk::status_companion(
+                #name,
+                #status,
+                #tk::status_schema(#tk::schema_for::<__Args>(), #tk::prime_generator::<__Args>, &[#(#ignored),*]),
+                #tk::std::boxed::Box::new(|__args, __ctx| {
+                    let __s = #tk::StatusArgs::new(#status, &__args, &[#(#fields),*], #tk::schema_for::<__Args>)?;
+                    __key(__ctx, #(#keys),*)
+                }),
+            ))
+        }
+    })
+}
+
+/// A field's name as serde and schemars spell it: a raw identifier without its `r#`.
+fn field_name(p: &Param) -> String {
+    let name = p.ident.to_string();
+    name.strip_prefix("r#").unwrap_or(&name).to_string()
+}
+
+/// Doc comment lines as schemars' derive reads them (one leading space dropped), or `None` when
+/// one is not a string literal.
+fn doc_lines(docs: &[syn::Attribute]) -> Option<Vec<String>> {
+    docs.iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .map(|a| match &a.meta.require_name_value().ok()?.value {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(text),
+                ..
+            }) => {
+                let text = text.value();
+                Some(text.strip_prefix(' ').map(str::to_string).unwrap_or(text))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The title and description schemars makes of doc lines: joined by new lines and trimmed; a
+/// first line that starts with `#` is the title.
+fn title_and_description(lines: &[String]) -> (String, String) {
+    let doc = lines.join("\n");
+    let doc = doc.trim_matches(|c: char| c.is_ascii_whitespace());
+    match doc.strip_prefix('#') {
+        Some(_) => {
+            let end = doc.find('\n').unwrap_or(doc.len());
+            let title = doc[..end].trim_start_matches('#');
+            let trim = |s: &str| {
+                s.trim_matches(|c: char| c.is_ascii_whitespace())
+                    .to_string()
+            };
+            (trim(title), trim(&doc[end..]))
+        }
+        None => (String::new(), doc.to_string()),
     }
 }
 
