@@ -6,8 +6,11 @@ use super::{from_millis, Entry, EntryState, Outcome, Record, RecordKey, StoreErr
 use crate::Fingerprint;
 
 /// The stored name of each state.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 pub(crate) const IN_PROGRESS: &str = "in_progress";
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 pub(crate) const UNKNOWN: &str = "unknown";
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 pub(crate) const COMPLETED: &str = "completed";
 
 /// What a store stores: durations are clamped to this before they are added to the clock, so a
@@ -20,6 +23,7 @@ pub(crate) fn span_ms(d: std::time::Duration) -> i64 {
     super::millis(d).min(MAX_SPAN_MS)
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 /// One stored row, read as it is: nothing is parsed until [`StoredRecord::to_record`].
 #[derive(Debug, Clone)]
 pub(crate) struct StoredRecord {
@@ -36,6 +40,7 @@ pub(crate) struct StoredRecord {
     pub expires_at_ms: Option<i64>,
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 impl StoredRecord {
     /// A completed record past its retention: absent to `reserve` and `get`.
     pub fn expired(&self, now_ms: i64) -> bool {
@@ -177,6 +182,7 @@ impl Fields<'_> {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 fn record_fingerprint(hex: &str, key: &RecordKey) -> Result<Fingerprint, StoreError> {
     Fingerprint::from_hex(hex).map_err(|e| StoreError::corrupt(key, format!("fingerprint: {e}")))
 }
