@@ -76,21 +76,20 @@ const _: () = {
             let _ = __ctx;
             ::core::result::Result::Ok(
                 ::toolkey::__private::Call::unkeyed(
-                    ::toolkey::__private::body(move |
-                        __inv: ::toolkey::__private::Invocation|
-                    async move {
-                        let __state0 = __inv.state::<Billing>()?;
-                        let __ctx = __inv.into_context();
+                    ::toolkey::__private::body_of(
+                        move |__inv: ::toolkey::__private::Invocation| {
+                            let __state0 = __inv.state::<Billing>()?;
+                            ::core::result::Result::Ok(
+                                ::toolkey::__private::send_future(
+                                    find_invoice(__state0, __a.customer, __a.period),
+                                ),
+                            )
+                        },
                         <Result<
                             Option<Invoice>,
                             ToolError,
-                        > as ::toolkey::__private::IntoToolResult>::into_tool_result(
-                            ::toolkey::__private::send_future(
-                                    find_invoice(__state0, __a.customer, __a.period),
-                                )
-                                .await,
-                        )
-                    }),
+                        > as ::toolkey::__private::IntoToolResult>::into_tool_result,
+                    ),
                 ),
             )
         }

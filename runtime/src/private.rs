@@ -19,8 +19,8 @@ pub use ::serde_json;
 pub use ::std;
 
 pub use crate::schema::{
-    nullable_schema, parse_args, parse_status_args, prime_generator, schema_for, status_schema,
-    IgnoredField, StatusArgs,
+    nullable_schema, parse_args, prime_generator, schema_for, status_schema, IgnoredField,
+    StatusArgs,
 };
 use crate::texts;
 
@@ -130,6 +130,20 @@ where
     F: std::future::Future<Output = Result<Value, ToolError>> + Send + 'static,
 {
     Box::new(move |inv| Box::pin(f(inv)))
+}
+
+/// Builds a `Body` from a closure that takes the states a tool's fn needs and returns the fn's
+/// future, and the function that turns the fn's result into the toolbox's form. Generic over
+/// the future alone: a tool gets no async block of its own.
+pub fn body_of<F, Fut>(f: F, into_result: fn(Fut::Output) -> Result<Value, ToolError>) -> Body
+where
+    F: FnOnce(Invocation) -> Result<Fut, ToolError> + Send + 'static,
+    Fut: std::future::Future + Send + 'static,
+{
+    Box::new(move |inv| match f(inv) {
+        Ok(future) => Box::pin(async move { into_result(future.await) }),
+        Err(err) => Box::pin(std::future::ready(Err(err))),
+    })
 }
 
 /// Builds a `Recover` from an async block.

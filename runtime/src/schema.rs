@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::{texts, ToolError};
 
+mod tracked;
+
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
 /// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)
 /// and with every plain object closed, as the arguments struct itself is.
@@ -30,9 +32,10 @@ fn canonical(mut schema: Value) -> Value {
 /// Parses a call's arguments, which stay the caller's; on failure, names the field and what it
 /// expects.
 ///
-/// They are read with serde alone first; only arguments that fail are read again, tracking the
-/// path to the field at fault for the error. Only the reading is generic: what comes before and
-/// after is compiled once, not once per tool.
+/// They are read as serde_json reads a value first; only arguments that fail are read again,
+/// tracking the path to the field at fault for the error. Both reads go through one
+/// deserializer ([`tracked`]), so the arguments type's visitor is compiled once, and only the
+/// reading is generic: what comes before and after is compiled once, not once per tool.
 pub fn parse_args<A: DeserializeOwned>(
     tool: &str,
     args: &Value,
@@ -40,40 +43,18 @@ pub fn parse_args<A: DeserializeOwned>(
 ) -> Result<A, ToolError> {
     let empty = Map::new();
     let args = arguments_object(tool, args)?.unwrap_or(&empty);
-    // Read as a map (a `&Map` deserializer), never as a value: a struct's visitor for arrays,
-    // which an object never reaches, is then not compiled for every tool.
-    if let Ok(parsed) = A::deserialize(args) {
+    if let Ok(parsed) = tracked::read(args) {
         return Ok(parsed);
     }
     // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
     // are read again with their integral floats as integers.
     if let Some(respelled) = respelled(args) {
-        if let Ok(parsed) = A::deserialize(&respelled) {
+        if let Ok(parsed) = tracked::read(&respelled) {
             return Ok(parsed);
         }
     }
-    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
-        let path = err.path().to_string();
-        invalid_arguments(tool, path, err.into_inner(), schema)
-    })
-}
-
-/// Parses a status companion's arguments as [`parse_args`] does, reading them once, with the
-/// path tracked: a companion is read-only and seldom called, and a second reading of its
-/// arguments type would be compiled for every keyed tool.
-pub fn parse_status_args<A: DeserializeOwned>(
-    tool: &str,
-    args: &Value,
-    schema: fn() -> Value,
-) -> Result<A, ToolError> {
-    let empty = Map::new();
-    let args = arguments_object(tool, args)?.unwrap_or(&empty);
-    let respelled = respelled(args);
-    let args = respelled.as_ref().unwrap_or(args);
-    serde_path_to_error::deserialize::<_, A>(args).map_err(|err| {
-        let path = err.path().to_string();
-        invalid_arguments(tool, path, err.into_inner(), schema)
-    })
+    tracked::locate(args)
+        .map_err(|failure| invalid_arguments(tool, failure.path, failure.error, schema))
 }
 
 /// The arguments, when they are an object; `None` for `null`, read as no arguments.
@@ -213,7 +194,9 @@ pub fn nullable_schema<T: schemars::JsonSchema>(generator: &mut SchemaGenerator)
 /// Shows `generator` the type `A` (a tool's arguments), so that the definitions it names for
 /// `A`'s fields, two types of one name among them, are named as in `A`'s own schema.
 pub fn prime_generator<A: schemars::JsonSchema>(generator: &mut SchemaGenerator) {
-    generator.subschema_for::<A>();
+    // `A`'s own schema, as its root schema is made: its fields' definitions are named in the
+    // same order, and `A` itself takes no name.
+    A::json_schema(generator);
 }
 
 /// A status companion's schema, from its target's (`target`, from [`schema_for`]): each ignored
@@ -388,5 +371,112 @@ mod tests {
             let err = parse(json!({"customer": "acme", "cents": cents})).unwrap_err();
             assert!(err.message().contains("`cents`"), "{cents}: {err:?}");
         }
+    }
+
+    /// Arguments with nested fields of every shape a path can pass through.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Order {
+        customer: String,
+        lines: Vec<Line>,
+        address: Option<Address>,
+        counts: std::collections::BTreeMap<String, u32>,
+        pair: (u8, String),
+        speed: Speed,
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Line {
+        sku: String,
+        quantity: u32,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Address {
+        street: String,
+        zip: Option<u32>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    enum Speed {
+        Standard,
+        Express { by: String },
+    }
+
+    /// Every refusal names the path and the problem `serde_path_to_error` names over the
+    /// arguments' value, the way they were always read; and what is taken is taken by both.
+    #[test]
+    fn a_refusal_is_located_as_a_path_tracking_read_of_the_value_locates_it() {
+        let good = json!({
+            "customer": "acme", "lines": [{"sku": "a", "quantity": 1}],
+            "address": {"street": "Main", "zip": 1000}, "counts": {"a": 1},
+            "pair": [1, "x"], "speed": "standard",
+        });
+        let mut cases = vec![good.clone()];
+        let changes = [
+            ("customer", json!(5)),
+            ("lines", json!([{"sku": "a", "quantity": 1}, {"sku": "b", "quantity": "2"}])),
+            ("lines", json!([{"sku": "a", "quantity": 1, "colour": "red"}])),
+            ("lines", json!([{"quantity": 1}])),
+            ("lines", json!({"sku": "a"})),
+            ("address", json!({"street": 5})),
+            ("address", json!({"street": "Main", "zip": -1})),
+            ("address", json!(null)),
+            ("counts", json!({"a": 1, "b": "two"})),
+            ("pair", json!([1, 2])),
+            ("pair", json!([300, "x"])),
+            ("pair", json!([1])),
+            ("speed", json!("slow")),
+            ("speed", json!({"express": {"by": 5}})),
+            ("speed", json!({"express": {}})),
+            ("note", json!(["not", "a", "note"])),
+            ("colour", json!("red")),
+        ];
+        for (field, value) in changes {
+            let mut args = good.clone();
+            args[field] = value;
+            cases.push(args);
+        }
+        for missing in ["customer", "lines", "speed"] {
+            let mut args = good.clone();
+            args.as_object_mut().unwrap().remove(missing);
+            cases.push(args);
+        }
+        for args in cases {
+            let ours = parse_args::<Order>("order", &args, || json!({}));
+            let theirs = serde_path_to_error::deserialize::<_, Order>(&args);
+            match (ours, theirs) {
+                (Ok(_), Ok(_)) => {}
+                (Err(ours), Err(theirs)) => {
+                    let expected = texts::invalid_arguments(
+                        "order",
+                        &theirs.path().to_string(),
+                        &theirs.inner().to_string(),
+                        None,
+                        None,
+                    );
+                    // The message says the path and the problem; the suggestion is built
+                    // from them alike, with the schema (empty here) saying nothing more.
+                    assert_eq!(ours.message(), expected.message(), "{args}");
+                }
+                (ours, theirs) => panic!("{args}: ours {ours:?}, theirs {theirs:?}"),
+            }
+        }
+        // The paths go inside the field.
+        let mut args = good.clone();
+        args["lines"] = json!([{"sku": "a", "quantity": 1}, {"sku": "b", "quantity": "2"}]);
+        let err = parse_args::<Order>("order", &args, || json!({})).unwrap_err();
+        assert!(err.message().contains("`lines[1].quantity`: invalid type"), "{err:?}");
+        args["lines"] = json!([{"sku": "a", "quantity": 1, "colour": "red"}]);
+        let err = parse_args::<Order>("order", &args, || json!({})).unwrap_err();
+        assert!(err.message().contains("`lines[0].colour`: unknown field"), "{err:?}");
     }
 }

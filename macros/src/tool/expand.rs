@@ -151,12 +151,31 @@ pub fn expand(tool: &Tool) -> TokenStream {
     let user_future = quote_spanned! {func.sig.fn_token.span=>
         #tk::send_future(#fn_ident(#(#call_args),*))
     };
-    let body = quote! {
-        #tk::body(move |__inv: #tk::Invocation| async move {
-            #(#take_states)*
-            let __ctx = __inv.into_context();
-            #as_result::into_tool_result(#user_future.await)
-        })
+    // A body that borrows no context is the fn's own future, mapped by a function generic over
+    // it: no async block of its own for every tool. One that borrows the context owns it in
+    // an async block.
+    let takes_context = tool
+        .params
+        .iter()
+        .any(|p| matches!(p.kind, ParamKind::Context));
+    let body = if takes_context {
+        quote! {
+            #tk::body(move |__inv: #tk::Invocation| async move {
+                #(#take_states)*
+                let __ctx = __inv.into_context();
+                #as_result::into_tool_result(#user_future.await)
+            })
+        }
+    } else {
+        quote! {
+            #tk::body_of(
+                move |__inv: #tk::Invocation| {
+                    #(#take_states)*
+                    ::core::result::Result::Ok(#user_future)
+                },
+                #as_result::into_tool_result,
+            )
+        }
     };
 
     // An `idempotent` tool whose template is missing was reported by `check` and never gets here.
@@ -302,7 +321,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                             #status,
                             #tk::schema_for::<__StatusArgs>(),
                             #tk::std::boxed::Box::new(|__args, __ctx| {
-                                let __s: __StatusArgs = #tk::parse_status_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
+                                let __s: __StatusArgs = #tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
                                 __key(__ctx, #(#args),*)
                             }),
                         ))
