@@ -108,8 +108,9 @@ fn bench(c: &mut Criterion) {
     });
 
     // A keyed call's fingerprint over six scalar fields, written field by field as a call
-    // writes it (2026-12-01: 434 ns from a struct of the fields; 715 ns through the JSON
-    // value, the way every fingerprint was written before).
+    // writes it (2026-12-01, A B A B in one sitting: 417, 325, 417, 323 ns, against the same
+    // fields written from a struct of them, the way before; 715 ns through the JSON value,
+    // the way before that).
     let (amount, currency, description) = (129.5f64, "EUR", "two seats, row 12");
     let (quantity, express, note) = (2u32, false, Some("aisle if possible"));
     static SCHEMA: toolkey::__private::FingerprintSchema =

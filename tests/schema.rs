@@ -179,6 +179,27 @@ mod alike {
         };
     }
 
+    macro_rules! step_tool {
+        ($name:ident, $prefix:literal $(, #[$attr:meta])?) => {
+            /// A step of a run, keyed by the run alone.
+            #[tool(idempotent(key = $prefix))]
+            pub async fn $name(
+                /// Why.
+                $(#[$attr])?
+                note: String,
+            ) -> Result<String, ToolError> {
+                Ok(note)
+            }
+        };
+    }
+
+    step_tool!(plain_step, "plain-step:<ctx.run_id>");
+    step_tool!(
+        derived_step,
+        "derived-step:<ctx.run_id>",
+        #[serde(rename = "note")]
+    );
+
     order_tool!(plain_order, "plain-order:<customer>:<number>");
     order_tool!(
         derived_order,
@@ -194,6 +215,8 @@ fn as_plain(value: &Value) -> String {
         .to_string()
         .replace("derived_order", "plain_order")
         .replace("derived-order", "plain-order")
+        .replace("derived_step", "plain_step")
+        .replace("derived-step", "plain-step")
 }
 
 #[test]
@@ -201,6 +224,8 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
     let toolbox = Toolbox::builder()
         .tool(alike::PlainOrder)
         .tool(alike::DerivedOrder)
+        .tool(alike::PlainStep)
+        .tool(alike::DerivedStep)
         .build()
         .unwrap();
     let plain = toolbox.definition("plain_order_status").unwrap();
@@ -209,6 +234,14 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
         as_plain(derived.input_schema()),
         plain.input_schema().to_string()
     );
+    // A key of the context alone: every field is ignored, and none is required.
+    let plain_step = toolbox.definition("plain_step_status").unwrap();
+    let derived_step = toolbox.definition("derived_step_status").unwrap();
+    assert_eq!(
+        as_plain(derived_step.input_schema()),
+        plain_step.input_schema().to_string()
+    );
+    assert!(plain_step.input_schema().get("required").is_none());
     // And what that schema says, so the two cannot agree on something wrong.
     let schema = plain.input_schema();
     assert_eq!(schema["required"], json!(["customer", "number"]));
@@ -245,6 +278,8 @@ async fn a_status_companion_read_field_by_field_answers_as_its_derived_struct_do
     let toolbox = Toolbox::builder()
         .tool(alike::PlainOrder)
         .tool(alike::DerivedOrder)
+        .tool(alike::PlainStep)
+        .tool(alike::DerivedStep)
         .build()
         .unwrap();
     let ctx = toolkey::ToolContext::new("run-1");
@@ -284,10 +319,29 @@ async fn a_status_companion_read_field_by_field_answers_as_its_derived_struct_do
         json!(["acme", 7]),
         json!("acme"),
     ];
-    for args in cases {
+    let steps = [
+        json!({}),
+        json!({"note": "why"}),
+        json!({"note": 5}),
+        json!({"note": "why", "why": 1}),
+        Value::Null,
+    ];
+    toolbox
+        .call("plain_step", json!({"note": "a"}), &ctx)
+        .await
+        .unwrap();
+    toolbox
+        .call("derived_step", json!({"note": "a"}), &ctx)
+        .await
+        .unwrap();
+    let cases = cases.into_iter().map(|args| (args, "order"));
+    for (args, tool) in cases.chain(steps.into_iter().map(|args| (args, "step"))) {
         let mut answers = Vec::new();
-        for name in ["plain_order_status", "derived_order_status"] {
-            let answer = match toolbox.call(name, args.clone(), &ctx).await {
+        for name in [
+            format!("plain_{tool}_status"),
+            format!("derived_{tool}_status"),
+        ] {
+            let answer = match toolbox.call(&name, args.clone(), &ctx).await {
                 // Each call completed at its own instant.
                 Ok(mut output) => {
                     if let Some(answer) = output.value.as_object_mut() {

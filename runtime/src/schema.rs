@@ -423,8 +423,14 @@ mod tests {
         let mut cases = vec![good.clone()];
         let changes = [
             ("customer", json!(5)),
-            ("lines", json!([{"sku": "a", "quantity": 1}, {"sku": "b", "quantity": "2"}])),
-            ("lines", json!([{"sku": "a", "quantity": 1, "colour": "red"}])),
+            (
+                "lines",
+                json!([{"sku": "a", "quantity": 1}, {"sku": "b", "quantity": "2"}]),
+            ),
+            (
+                "lines",
+                json!([{"sku": "a", "quantity": 1, "colour": "red"}]),
+            ),
             ("lines", json!([{"quantity": 1}])),
             ("lines", json!({"sku": "a"})),
             ("address", json!({"street": 5})),
@@ -474,9 +480,15 @@ mod tests {
         let mut args = good.clone();
         args["lines"] = json!([{"sku": "a", "quantity": 1}, {"sku": "b", "quantity": "2"}]);
         let err = parse_args::<Order>("order", &args, || json!({})).unwrap_err();
-        assert!(err.message().contains("`lines[1].quantity`: invalid type"), "{err:?}");
+        assert!(
+            err.message().contains("`lines[1].quantity`: invalid type"),
+            "{err:?}"
+        );
         args["lines"] = json!([{"sku": "a", "quantity": 1, "colour": "red"}]);
         let err = parse_args::<Order>("order", &args, || json!({})).unwrap_err();
-        assert!(err.message().contains("`lines[0].colour`: unknown field"), "{err:?}");
+        assert!(
+            err.message().contains("`lines[0].colour`: unknown field"),
+            "{err:?}"
+        );
     }
 }
