@@ -34,7 +34,7 @@ fn canonical(mut schema: Value) -> Value {
 ///
 /// They are read as serde_json reads a value first; only arguments that fail are read again,
 /// tracking the path to the field at fault for the error. Both reads go through one
-/// deserializer ([`tracked`]), so the arguments type's visitor is compiled once, and only the
+/// deserializer, so the arguments type's visitor is compiled once, and only the
 /// reading is generic: what comes before and after is compiled once, not once per tool.
 pub fn parse_args<A: DeserializeOwned>(
     tool: &str,
