@@ -219,15 +219,20 @@ fn as_plain(value: &Value) -> String {
         .replace("derived-step", "plain-step")
 }
 
-#[test]
-fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives() {
-    let toolbox = Toolbox::builder()
+/// The four tools of [`alike`] in one toolbox.
+fn alike_toolbox() -> Toolbox {
+    Toolbox::builder()
         .tool(alike::PlainOrder)
         .tool(alike::DerivedOrder)
         .tool(alike::PlainStep)
         .tool(alike::DerivedStep)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives() {
+    let toolbox = alike_toolbox();
     let plain = toolbox.definition("plain_order_status").unwrap();
     let derived = toolbox.definition("derived_order_status").unwrap();
     assert_eq!(
@@ -275,13 +280,7 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
 
 #[tokio::test]
 async fn a_status_companion_read_field_by_field_answers_as_its_derived_struct_does() {
-    let toolbox = Toolbox::builder()
-        .tool(alike::PlainOrder)
-        .tool(alike::DerivedOrder)
-        .tool(alike::PlainStep)
-        .tool(alike::DerivedStep)
-        .build()
-        .unwrap();
+    let toolbox = alike_toolbox();
     let ctx = toolkey::ToolContext::new("run-1");
     let full = json!({
         "customer": "acme", "number": 7, "branch": "north", "amount": 12.5,
