@@ -110,9 +110,10 @@ fn status_companion_requires_the_key_fields_and_accepts_the_rest() {
 }
 
 /// Two tools alike in every field, type and doc: `plain_order`, whose status companion is built
-/// from its target's schema and reads its key field by field, and `derived_order`, whose one
-/// serde attribute (a rename to the field's own name, which changes nothing) makes the macro
-/// derive the companion's arguments struct instead. Their companions must not differ in
+/// from its target's schema and reads its key field by field (its only serde attributes are
+/// defaults, on fields outside the key), and `derived_order`, whose one more serde attribute (a
+/// rename to the field's own name, which changes nothing) makes the macro derive the
+/// companion's arguments struct instead. Their companions must not differ in
 /// anything a model or a caller sees.
 mod alike {
     use std::collections::{BTreeSet, HashMap};
@@ -141,6 +142,10 @@ mod alike {
     pub enum Speed {
         Standard,
         Express,
+    }
+
+    fn one() -> u32 {
+        1
     }
 
     macro_rules! order_tool {
@@ -172,8 +177,15 @@ mod alike {
                 gift: Option<bool>,
                 $(#[$attr])?
                 counts: HashMap<String, u32>,
+                /// Left out, it is empty; the status companion takes it as any other.
+                #[serde(default)]
+                memo: String,
+                /// Left out, it is one.
+                #[serde(default = "one")]
+                copies: u32,
             ) -> Result<String, ToolError> {
                 let _ = (&branch, amount, &lines, &returned, &tags, speed, &extra, gift, &counts);
+                let _ = (&memo, copies);
                 Ok(format!("{customer}-{number}"))
             }
         };
@@ -276,6 +288,8 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
     let target = toolbox.definition("plain_order").unwrap().input_schema();
     assert_eq!(target["properties"]["amount"]["type"], "number");
     assert_eq!(target["required"].as_array().unwrap().len(), 8);
+    assert_eq!(target["properties"]["copies"]["default"], 1);
+    assert!(schema["properties"]["copies"].get("default").is_none());
 }
 
 #[tokio::test]

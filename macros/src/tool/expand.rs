@@ -194,7 +194,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         ),
         Some((keyed, template)) => {
             let key_fn = key_fn(tool, keyed, template, &tk);
-            let plain_fields = tool.model_params().all(|p| p.forwarded.is_empty());
+            let plain_fields = tool.model_params().all(only_defaults);
             let key_args: Vec<TokenStream> = template
                 .params()
                 .map(|name| {
@@ -228,9 +228,10 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 .map(|(name, ident)| quote!(__f.field(#name, &__a.#ident);));
             // The fingerprint's own schema says which arrays are sets, whose order is no part
             // of the action; it is derived once per process.
-            // Where no field carries a serde or schemars attribute, each field's schema in the
-            // arguments' own schema is the one it would have here, under the same name: that
-            // schema serves, and no struct is derived for it.
+            // Where no field carries a serde or schemars attribute (but `#[serde(default)]`,
+            // which changes no field's name or type), each field's schema in the arguments'
+            // own schema is the one it would have here, under the same name: that schema
+            // serves, and no struct is derived for it.
             let fp_struct = if plain_fields {
                 quote! {
                     static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
@@ -380,7 +381,8 @@ pub fn expand(tool: &Tool) -> TokenStream {
     }
 }
 
-/// The status companion of a tool whose fields carry no serde or schemars attribute and whose
+/// The status companion of a tool whose fields carry no serde or schemars attribute (but
+/// `#[serde(default)]` on a field outside the key, which the companion ignores anyway) and whose
 /// docs are plain text: its schema is built from the target's, and its arguments are read field
 /// by field, so no arguments struct of its own is derived and compiled for every keyed tool.
 /// `None` when a field's attributes or docs need the derived struct (`status_companion` above).
@@ -391,10 +393,14 @@ fn plain_status(
     name: &str,
     tk: &TokenStream,
 ) -> Option<TokenStream> {
-    if !tool.model_params().all(|p| p.forwarded.is_empty()) {
+    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
+    let plain = |p: &Param| match is_key(p) {
+        true => p.forwarded.is_empty(),
+        false => only_defaults(p),
+    };
+    if !tool.model_params().all(plain) {
         return None;
     }
-    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
     let note = format!("Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.");
     let mut ignored = Vec::new();
     for p in tool.model_params().filter(|p| !is_key(p)) {
@@ -430,6 +436,26 @@ fn plain_status(
                 }),
             ))
         }
+    })
+}
+
+/// True when every attribute forwarded to the field's schema is `#[serde(default)]` or
+/// `#[serde(default = "path")]`: the field keeps its name and its type's schema, and is only no
+/// longer required.
+fn only_defaults(p: &Param) -> bool {
+    p.forwarded.iter().all(|attr| {
+        attr.path().is_ident("serde")
+            && attr
+                .parse_nested_meta(|meta| {
+                    if !meta.path.is_ident("default") {
+                        return Err(meta.error("not `default`"));
+                    }
+                    if meta.input.peek(syn::Token![=]) {
+                        meta.value()?.parse::<syn::LitStr>()?;
+                    }
+                    Ok(())
+                })
+                .is_ok()
     })
 }
 

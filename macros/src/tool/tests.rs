@@ -152,3 +152,59 @@ fn errors_leave_the_fn_and_its_struct() {
         "no half-written impl on error: {text}"
     );
 }
+
+/// The expansion of a keyed tool whose `amount` and `memo` fields carry `attrs` each.
+fn with_field_attrs(key_attr: TokenStream, attrs: TokenStream) -> String {
+    let item = quote! {
+        pub async fn send_invoice(
+            #key_attr
+            customer: String,
+            #attrs
+            amount: f64,
+            #attrs
+            memo: String,
+        ) -> Result<String, ToolError> {
+            Ok(customer)
+        }
+    };
+    let args = quote!(idempotent(key = "invoice:<customer>"));
+    super::expand(args, item).to_string().replace(' ', "")
+}
+
+/// Which status companion and fingerprint schema a tool gets: built from its target where its
+/// fields keep their names and types, derived where an attribute may change them.
+#[test]
+fn a_status_companion_is_built_from_its_target_unless_an_attribute_needs_the_struct() {
+    let built = |text: &str| {
+        let status = text.contains("StatusArgs::new(") && !text.contains("struct__StatusArgs");
+        let fingerprint = !text.contains("struct__Fingerprint");
+        (status, fingerprint)
+    };
+    let cases = [
+        (quote!(), quote!(), (true, true)),
+        (quote!(), quote!(#[serde(default)]), (true, true)),
+        (quote!(), quote!(#[serde(default = "zero")]), (true, true)),
+        // On a key field, a default changes how the companion reads it.
+        (quote!(#[serde(default)]), quote!(), (false, true)),
+        (quote!(), quote!(#[serde(rename = "other")]), (false, false)),
+        (
+            quote!(),
+            quote!(#[serde(default, alias = "sum")]),
+            (false, false),
+        ),
+        (
+            quote!(),
+            quote!(#[schemars(rename = "other")]),
+            (false, false),
+        ),
+        (
+            quote!(#[schemars(length(max = 9))]),
+            quote!(),
+            (false, false),
+        ),
+    ];
+    for (key_attr, attrs, expected) in cases {
+        let text = with_field_attrs(key_attr.clone(), attrs.clone());
+        assert_eq!(built(&text), expected, "{key_attr} / {attrs}: {text}");
+    }
+}
