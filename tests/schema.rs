@@ -205,6 +205,12 @@ mod alike {
         };
     }
 
+    /// A step with no arguments at all, keyed by its run.
+    #[tool(idempotent(key = "bare-step:<ctx.run_id>"))]
+    pub async fn bare_step() -> Result<String, ToolError> {
+        Ok("done".into())
+    }
+
     step_tool!(plain_step, "plain-step:<ctx.run_id>");
     step_tool!(
         derived_step,
@@ -238,6 +244,7 @@ fn alike_toolbox() -> Toolbox {
         .tool(alike::DerivedOrder)
         .tool(alike::PlainStep)
         .tool(alike::DerivedStep)
+        .tool(alike::BareStep)
         .build()
         .unwrap()
 }
@@ -259,6 +266,19 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
         plain_step.input_schema().to_string()
     );
     assert!(plain_step.input_schema().get("required").is_none());
+    // No arguments at all: an empty object, closed, and nothing else to send.
+    let bare = toolbox
+        .definition("bare_step_status")
+        .unwrap()
+        .input_schema();
+    assert_eq!(
+        bare,
+        &json!({
+            "type": "object",
+            "additionalProperties": false,
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+        }),
+    );
     // And what that schema says, so the two cannot agree on something wrong.
     let schema = plain.input_schema();
     assert_eq!(schema["required"], json!(["customer", "number"]));
@@ -347,6 +367,18 @@ async fn a_status_companion_read_field_by_field_answers_as_its_derived_struct_do
         .call("derived_step", json!({"note": "a"}), &ctx)
         .await
         .unwrap();
+    // The bare step's companion takes nothing, and says so of anything else.
+    toolbox.call("bare_step", json!({}), &ctx).await.unwrap();
+    let status = toolbox
+        .call("bare_step_status", json!({}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "completed");
+    let err = toolbox
+        .call("bare_step_status", json!({"why": 1}), &ctx)
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("unknown field `why`"), "{err:?}");
     let cases = cases.into_iter().map(|args| (args, "order"));
     for (args, tool) in cases.chain(steps.into_iter().map(|args| (args, "step"))) {
         let mut answers = Vec::new();
