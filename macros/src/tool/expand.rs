@@ -104,14 +104,14 @@ pub fn expand(tool: &Tool) -> TokenStream {
         quote!(.with_key_template(#text))
     });
     let ignored = tool.model_params().filter(|p| p.ignore.is_some()).map(|p| {
-        let name = field_name(p);
+        let name = p.field_name();
         quote!(.with_ignored_argument(#name))
     });
     let case_insensitive = tool
         .model_params()
         .filter(|p| p.case_insensitive.is_some())
         .map(|p| {
-            let name = field_name(p);
+            let name = p.field_name();
             quote!(.with_case_insensitive_argument(#name))
         });
 
@@ -220,7 +220,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
             // object's order, each through a function generic over its type alone.
             let mut fp_sorted: Vec<(String, &Ident)> = fp_fields
                 .iter()
-                .map(|p| (field_name(p), &p.ident))
+                .map(|p| (p.field_name(), &p.ident))
                 .collect();
             fp_sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             let fp_adds = fp_sorted
@@ -239,14 +239,14 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 }
             } else {
                 quote! {
-                #[derive(#tk::schemars::JsonSchema)]
-                #[schemars(crate = #schemars_path)]
-                #[allow(dead_code)]
-                struct __Fingerprint {
-                    #(#fp_schemars #fp_idents: #fp_types,)*
-                }
-                static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                    #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint>);
+                    #[derive(#tk::schemars::JsonSchema)]
+                    #[schemars(crate = #schemars_path)]
+                    #[allow(dead_code)]
+                    struct __Fingerprint {
+                        #(#fp_schemars #fp_idents: #fp_types,)*
+                    }
+                    static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
+                        #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint>);
                 }
             };
             let (keep_raw, with_recover) = match &keyed.recover {
@@ -409,7 +409,7 @@ fn plain_status(
         lines.push(String::new());
         lines.push(note.clone());
         let (title, description) = title_and_description(&lines);
-        let (field, ty) = (field_name(p), &p.ty);
+        let (field, ty) = (p.field_name(), &p.ty);
         ignored.push(quote! {
             #tk::IgnoredField {
                 name: #field,
@@ -419,9 +419,9 @@ fn plain_status(
             }
         });
     }
-    let fields = tool.model_params().map(field_name);
+    let fields = tool.model_params().map(Param::field_name);
     let keys = key_params.iter().map(|p| {
-        let (field, ty) = (field_name(p), &p.ty);
+        let (field, ty) = (p.field_name(), &p.ty);
         quote!(&__s.key::<#ty>(#field)?)
     });
     Some(quote! {
@@ -457,12 +457,6 @@ fn only_defaults(p: &Param) -> bool {
                 })
                 .is_ok()
     })
-}
-
-/// A field's name as serde and schemars spell it: a raw identifier without its `r#`.
-fn field_name(p: &Param) -> String {
-    let name = p.ident.to_string();
-    name.strip_prefix("r#").unwrap_or(&name).to_string()
 }
 
 /// Doc comment lines as schemars' derive reads them (one leading space dropped), or `None` when
@@ -535,8 +529,7 @@ fn key_fn(tool: &Tool, keyed: &Keyed, template: &Template, tk: &TokenStream) -> 
                 // An unknown placeholder was reported by `check`.
                 let param = tool.param(name)?;
                 let (ident, ty) = (&param.ident, &param.ty);
-                let field = ident.to_string();
-                let field = field.strip_prefix("r#").unwrap_or(&field).to_string();
+                let field = param.field_name();
                 let part = if param.case_insensitive.is_some() {
                     quote!(part_case_insensitive)
                 } else {

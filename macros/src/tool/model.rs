@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use proc_macro2::{Ident, Span};
+use syn::ext::IdentExt;
 use syn::{Attribute, FnArg, ItemFn, LitStr, Pat, Path, Type};
 
 use super::attr::{skip_value, value, Attr, RetryLimit, Spanned, StoryKind};
@@ -69,6 +70,13 @@ pub struct Param {
     /// `#[arg(key = "case_insensitive")]`, with the span of the literal: the key part is
     /// lowercased, so `"ACME"` and `"acme"` name one action.
     pub case_insensitive: Option<Span>,
+}
+
+impl Param {
+    /// The field's name as serde and schemars spell it: a raw identifier without its `r#`.
+    pub fn field_name(&self) -> String {
+        self.ident.unraw().to_string()
+    }
 }
 
 impl Tool {
@@ -161,10 +169,7 @@ impl Tool {
 fn tool_name(func: &ItemFn, name: &Option<LitStr>) -> String {
     match name {
         Some(lit) => lit.value(),
-        None => {
-            let ident = func.sig.ident.to_string();
-            ident.strip_prefix("r#").unwrap_or(&ident).to_string()
-        }
+        None => func.sig.ident.unraw().to_string(),
     }
 }
 
