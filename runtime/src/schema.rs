@@ -41,8 +41,7 @@ pub fn parse_args<A: DeserializeOwned>(
     args: &Value,
     schema: fn() -> Value,
 ) -> Result<A, ToolError> {
-    let empty = Map::new();
-    let args = arguments_object(tool, args)?.unwrap_or(&empty);
+    let args = arguments_object(tool, args)?;
     if let Ok(parsed) = tracked::read(args) {
         return Ok(parsed);
     }
@@ -57,14 +56,12 @@ pub fn parse_args<A: DeserializeOwned>(
         .map_err(|failure| invalid_arguments(tool, failure.path, failure.error, schema))
 }
 
-/// The arguments, when they are an object; `None` for `null`, read as no arguments.
-fn arguments_object<'a>(
-    tool: &str,
-    args: &'a Value,
-) -> Result<Option<&'a Map<String, Value>>, ToolError> {
+/// The arguments, when they are an object; `null` is read as no arguments.
+fn arguments_object<'a>(tool: &str, args: &'a Value) -> Result<&'a Map<String, Value>, ToolError> {
+    static NONE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
     match args {
-        Value::Null => Ok(None),
-        Value::Object(map) => Ok(Some(map)),
+        Value::Null => Ok(NONE.get_or_init(Map::new)),
+        Value::Object(map) => Ok(map),
         // serde's derived structs also take their fields as an array, in order: the schema
         // promises an object of named fields, and positional arguments are not what it says.
         other => {
@@ -76,6 +73,25 @@ fn arguments_object<'a>(
             };
             Err(texts::arguments_not_an_object(tool, kind))
         }
+    }
+}
+
+/// `value` with its integral floats as integers, when it has any.
+fn respelled_value(value: &Value) -> Option<Value> {
+    has_integral_float(value).then(|| {
+        let mut respelled = value.clone();
+        integral_floats_as_integers(&mut respelled);
+        respelled
+    })
+}
+
+/// The path of a failure inside field `field`, whose own path inside it is `inner` (`.` for
+/// the field itself), as `serde_path_to_error` writes paths: `lines[2].sku`.
+fn join_path(field: &str, inner: &str) -> String {
+    match inner {
+        "." => field.to_string(),
+        _ if inner.starts_with('[') => format!("{field}{inner}"),
+        _ => format!("{field}.{inner}"),
     }
 }
 
@@ -245,7 +261,7 @@ pub fn status_schema(
 #[doc(hidden)]
 pub struct StatusArgs<'a> {
     tool: &'a str,
-    args: Option<&'a Map<String, Value>>,
+    args: &'a Map<String, Value>,
     schema: fn() -> Value,
 }
 
@@ -262,11 +278,7 @@ impl<'a> StatusArgs<'a> {
         // As a struct that denies unknown fields: the first unknown one, in the order given.
         // (Where arguments have more than one fault, the one named may not be the one the
         // derived struct would name first; each is a fault.)
-        if let Some(unknown) = args
-            .into_iter()
-            .flat_map(|map| map.keys())
-            .find(|name| !fields.contains(&name.as_str()))
-        {
+        if let Some(unknown) = args.keys().find(|name| !fields.contains(&name.as_str())) {
             let err = <serde_json::Error as serde::de::Error>::unknown_field(unknown, fields);
             return Err(invalid_arguments(tool, unknown.clone(), err, schema));
         }
@@ -276,27 +288,20 @@ impl<'a> StatusArgs<'a> {
     /// Key field `name`, read as the target's struct reads it: a missing `Option` is `None`, an
     /// integral float is taken for an integer.
     pub fn key<T: DeserializeOwned>(&self, name: &'static str) -> Result<T, ToolError> {
-        let Some(value) = self.args.and_then(|map| map.get(name)) else {
+        let Some(value) = self.args.get(name) else {
             return T::deserialize(Missing(name))
                 .map_err(|err| invalid_arguments(self.tool, ".".into(), err, self.schema));
         };
         if let Ok(parsed) = T::deserialize(value) {
             return Ok(parsed);
         }
-        if has_integral_float(value) {
-            let mut respelled = value.clone();
-            integral_floats_as_integers(&mut respelled);
+        if let Some(respelled) = respelled_value(value) {
             if let Ok(parsed) = T::deserialize(&respelled) {
                 return Ok(parsed);
             }
         }
         serde_path_to_error::deserialize::<_, T>(value).map_err(|err| {
-            let inner = err.path().to_string();
-            let path = match inner.as_str() {
-                "." => name.to_string(),
-                _ if inner.starts_with('[') => format!("{name}{inner}"),
-                _ => format!("{name}.{inner}"),
-            };
+            let path = join_path(name, &err.path().to_string());
             invalid_arguments(self.tool, path, err.into_inner(), self.schema)
         })
     }

@@ -44,10 +44,7 @@ pub(super) fn locate<A: de::DeserializeOwned>(args: &Map<String, Value>) -> Resu
     .map_err(|error| {
         let path = match (at.get(), inner.take()) {
             (None, _) => ".".to_string(),
-            (Some(field), None) => field.to_string(),
-            (Some(field), Some(inner)) if inner == "." => field.to_string(),
-            (Some(field), Some(inner)) if inner.starts_with('[') => format!("{field}{inner}"),
-            (Some(field), Some(inner)) => format!("{field}.{inner}"),
+            (Some(field), inner) => super::join_path(field, inner.as_deref().unwrap_or(".")),
         };
         Failure { path, error }
     })
