@@ -56,6 +56,9 @@ pub struct FingerprintFields<'s> {
     hasher: HashSink,
     schema: &'s Value,
     has_sets: bool,
+    /// What the schema's root stands for (itself and what its references lead to): found at
+    /// the first field that goes through its value when the schema has sets, then kept.
+    root: Vec<&'s Value>,
     last: Option<&'static str>,
     error: Option<serde_json::Error>,
 }
@@ -71,6 +74,7 @@ impl<'s> FingerprintFields<'s> {
             hasher,
             schema,
             has_sets,
+            root: Vec::new(),
             last: None,
             error: None,
         }
@@ -110,9 +114,10 @@ impl<'s> FingerprintFields<'s> {
 
     fn value(&mut self, name: &str, mut value: Value) {
         if self.has_sets {
-            let mut candidates = Vec::new();
-            expand(self.schema, self.schema, 0, &mut candidates);
-            let schemas = property_schemas(&candidates, name);
+            if self.root.is_empty() {
+                expand(self.schema, self.schema, 0, &mut self.root);
+            }
+            let schemas = property_schemas(&self.root, name);
             sort_sets(&mut value, &schemas, self.schema, 1);
         }
         write_canonical(&value, &mut self.hasher).expect("hashing cannot fail");
@@ -343,7 +348,7 @@ impl fmt::Write for HashSink {
     }
 }
 
-fn write_canonical(value: &Value, out: &mut impl fmt::Write) -> fmt::Result {
+fn write_canonical<W: fmt::Write + ?Sized>(value: &Value, out: &mut W) -> fmt::Result {
     match value {
         Value::Null => out.write_str("null"),
         Value::Bool(b) => out.write_str(if *b { "true" } else { "false" }),
@@ -370,9 +375,9 @@ fn write_canonical(value: &Value, out: &mut impl fmt::Write) -> fmt::Result {
 }
 
 /// An object's entries in canonical form: sorted by their keys' bytes.
-fn write_object<'a>(
+fn write_object<'a, W: fmt::Write + ?Sized>(
     entries: impl Iterator<Item = (&'a String, &'a Value)>,
-    out: &mut impl fmt::Write,
+    out: &mut W,
 ) -> fmt::Result {
     let mut entries: Vec<(&String, &Value)> = entries.collect();
     entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
@@ -390,7 +395,7 @@ fn write_object<'a>(
 
 /// A JSON string with exactly the escapes serde_json writes: `\"`, `\\`, the short forms of
 /// control characters, `\u00XX` for the other control characters, everything else as it is.
-fn write_string(s: &str, out: &mut impl fmt::Write) -> fmt::Result {
+fn write_string<W: fmt::Write + ?Sized>(s: &str, out: &mut W) -> fmt::Result {
     out.write_char('"')?;
     let mut start = 0;
     for (i, c) in s.char_indices() {

@@ -41,7 +41,7 @@ pub(super) struct Scalar<'a>(pub(super) &'a mut dyn fmt::Write);
 
 impl Scalar<'_> {
     fn value(self, value: &Value) -> Result<(), Fallback> {
-        write_canonical(value, &mut { self.0 }).map_err(|_| Fallback)
+        write_canonical(value, self.0).map_err(|_| Fallback)
     }
 }
 
@@ -102,10 +102,10 @@ impl<'a> ser::Serializer for Scalar<'a> {
     }
     fn serialize_char(self, v: char) -> Result<(), Fallback> {
         let mut utf8 = [0; 4];
-        write_string(v.encode_utf8(&mut utf8), &mut { self.0 }).map_err(|_| Fallback)
+        write_string(v.encode_utf8(&mut utf8), self.0).map_err(|_| Fallback)
     }
     fn serialize_str(self, v: &str) -> Result<(), Fallback> {
-        write_string(v, &mut { self.0 }).map_err(|_| Fallback)
+        write_string(v, self.0).map_err(|_| Fallback)
     }
     fn serialize_none(self) -> Result<(), Fallback> {
         self.value(&Value::Null)
@@ -125,7 +125,7 @@ impl<'a> ser::Serializer for Scalar<'a> {
         _: u32,
         variant: &'static str,
     ) -> Result<(), Fallback> {
-        write_string(variant, &mut { self.0 }).map_err(|_| Fallback)
+        write_string(variant, self.0).map_err(|_| Fallback)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
@@ -415,32 +415,77 @@ mod tests {
         #[derive(Serialize, schemars::JsonSchema)]
         struct WithSets {
             amount: u64,
+            codes: std::collections::HashSet<u32>,
             tags: std::collections::BTreeSet<String>,
             labels: Vec<String>,
         }
         let schema = FingerprintSchema::new(crate::schema::schema_for::<WithSets>);
-        let by_fields = |tags: &[&str], labels: &[&str]| {
+        let by_fields = |codes: &[u32], tags: &[&str], labels: &[&str]| {
             let mut fp = FingerprintFields::new("tag", &schema);
             fp.field("amount", &5u64);
+            // Slices in any order stand for the sets: the schema says `codes` and `tags` are.
+            fp.field("codes", &codes);
             fp.field("labels", &labels);
-            // A slice in any order stands for the set: the schema says `tags` is one.
             fp.field("tags", &tags);
             fp.finish().unwrap()
         };
-        let sorted = serde_json::json!({"amount": 5, "labels": ["b", "a"], "tags": ["x", "y"]});
+        let sorted = serde_json::json!({
+            "amount": 5, "codes": [1, 2], "labels": ["b", "a"], "tags": ["x", "y"],
+        });
         assert_eq!(
-            by_fields(&["y", "x"], &["b", "a"]),
+            by_fields(&[2, 1], &["y", "x"], &["b", "a"]),
             fingerprint_through_value("tag", &sorted)
         );
         assert_eq!(
-            by_fields(&["x", "y"], &["b", "a"]),
-            by_fields(&["y", "x"], &["b", "a"])
+            by_fields(&[1, 2], &["x", "y"], &["b", "a"]),
+            by_fields(&[2, 1], &["y", "x"], &["b", "a"])
         );
         // A list is not a set: its order is part of the action.
         assert_ne!(
-            by_fields(&["x", "y"], &["a", "b"]),
-            by_fields(&["x", "y"], &["b", "a"])
+            by_fields(&[1, 2], &["x", "y"], &["a", "b"]),
+            by_fields(&[1, 2], &["x", "y"], &["b", "a"])
         );
+    }
+
+    /// A value that spells a separator and a field of its own is one field's text: written
+    /// escaped, it cannot pass for two fields, on the scalar way or the value's.
+    #[test]
+    fn a_value_cannot_forge_a_field() {
+        for sets in [false, true] {
+            let schema = if sets {
+                FingerprintSchema::new(|| serde_json::json!({"uniqueItems": true}))
+            } else {
+                FingerprintSchema::new(|| serde_json::json!({}))
+            };
+            let one = {
+                let mut fp = FingerprintFields::new("pay", &schema);
+                fp.field("a", "1\",\"b\":\"2");
+                fp.finish().unwrap()
+            };
+            let two = {
+                let mut fp = FingerprintFields::new("pay", &schema);
+                fp.field("a", "1");
+                fp.field("b", "2");
+                fp.finish().unwrap()
+            };
+            assert_ne!(one, two, "sets: {sets}");
+            let forged = serde_json::json!({"a": "1\",\"b\":\"2"});
+            assert_eq!(
+                one,
+                fingerprint_through_value("pay", &forged),
+                "sets: {sets}"
+            );
+        }
+        // Nor can a tool's name pass for the start of the fields.
+        let schema = FingerprintSchema::new(|| serde_json::json!({}));
+        let named = |tool: &str, field: Option<&str>| {
+            let mut fp = FingerprintFields::new(tool, &schema);
+            if let Some(value) = field {
+                fp.field("a", value);
+            }
+            fp.finish().unwrap()
+        };
+        assert_ne!(named("pay\"\n{\"a\":\"1\"}", None), named("pay", Some("1")));
     }
 
     #[test]
