@@ -13,8 +13,9 @@
 //! holds in this process's memory (a replay or `CONFLICT`, no body runs).
 //!
 //! A keyed (`idempotent`) call takes [the keyed path](keyed): reserve → run → complete or
-//! release, with replays, conflicts and stale reservations settled first. Every other call runs its body, once approved if it is
-//! `unkeyed`. The executor also answers status companions from the store, and counts what it did.
+//! release, with replays, conflicts and stale reservations settled first. Every other call runs
+//! its body, once approved if it is `unkeyed`. The executor also answers status companions from
+//! the store, and counts what it did.
 //!
 //! Before a body runs, the call meets its tool's [limits](limits): a call that failed as often
 //! as its retry limit allows within the window is answered `RETRY_LIMIT` without running, and a
