@@ -155,6 +155,8 @@ pub trait KeyPart {
 pub struct KeyPartWriter<'a> {
     buf: &'a mut String,
     specials: &'static str,
+    /// The ASCII characters escaped (the marks and the specials), one bit each.
+    escaped: u128,
     fold_case: bool,
     invalid: bool,
 }
@@ -165,6 +167,14 @@ impl KeyPartWriter<'_> {
     pub fn text(&mut self, text: &str) {
         let text = text.trim();
         if text.is_ascii() {
+            if self.plain(text) {
+                let start = self.buf.len();
+                self.buf.push_str(text);
+                if self.fold_case {
+                    self.buf[start..].make_ascii_lowercase();
+                }
+                return;
+            }
             for c in text.chars() {
                 let c = if self.fold_case {
                     c.to_ascii_lowercase()
@@ -185,14 +195,33 @@ impl KeyPartWriter<'_> {
 
     /// Text that is already canonical (digits, `true`), written as it is but still escaped.
     pub fn canonical(&mut self, text: &str) {
-        text.chars().for_each(|c| self.push(c));
+        if text.is_ascii() && self.plain(text) {
+            self.buf.push_str(text);
+        } else {
+            text.chars().for_each(|c| self.push(c));
+        }
+    }
+
+    /// True when ASCII `text` is written as it is (bar its case): nothing in it is escaped, and
+    /// it holds no control character. Most values are, and are copied whole.
+    fn plain(&self, text: &str) -> bool {
+        let refused = self.escaped | CONTROLS;
+        !text.bytes().any(|b| refused & bit(b) != 0)
+    }
+
+    /// True when `c` is written after an escape.
+    fn escaped(&self, c: char) -> bool {
+        match u8::try_from(c) {
+            Ok(b) if b.is_ascii() => self.escaped & bit(b) != 0,
+            _ => self.specials.contains(c),
+        }
     }
 
     fn push(&mut self, c: char) {
         if c.is_control() {
             self.invalid = true;
         }
-        if matches!(c, ESCAPE | HASH_MARK | STEP_MARK | '<') || self.specials.contains(c) {
+        if self.escaped(c) {
             self.buf.push(ESCAPE);
         }
         self.buf.push(c);
@@ -247,12 +276,29 @@ impl KeyPart for uuid::Uuid {
     }
 }
 
+/// The ASCII control characters, one bit each (as [`char::is_control`] has them below 128).
+const CONTROLS: u128 = (1 << 32) - 1 | 1 << 127;
+
+/// `b`'s bit in a set of ASCII characters; none for a byte of 128 or more.
+fn bit(b: u8) -> u128 {
+    1u128.checked_shl(u32::from(b)).unwrap_or(0)
+}
+
+/// The ASCII characters a value's text escapes: the marks, and those of `specials`, which
+/// also escapes characters beyond ASCII (see [`KeyPartWriter::escaped`]).
+fn escaped_ascii(specials: &str) -> u128 {
+    let marks = [ESCAPE, HASH_MARK, STEP_MARK, '<'].map(|c| bit(c as u8));
+    let specials = specials.bytes().filter(u8::is_ascii).map(bit);
+    marks.into_iter().chain(specials).fold(0, |set, b| set | b)
+}
+
 /// Builds one key from a template's literal pieces and parts. Used by generated code only.
 #[doc(hidden)]
 pub struct KeyBuilder {
     buf: String,
     prefix_len: usize,
     specials: &'static str,
+    escaped: u128,
     hash: bool,
     /// The first part that held a control character, and whether it came from the context.
     invalid: Option<(&'static str, bool)>,
@@ -277,6 +323,7 @@ impl KeyBuilder {
             buf,
             prefix_len: prefix.len(),
             specials,
+            escaped: escaped_ascii(specials),
             hash,
             invalid: None,
         }
@@ -312,6 +359,7 @@ impl KeyBuilder {
         let mut writer = KeyPartWriter {
             buf: &mut self.buf,
             specials: self.specials,
+            escaped: self.escaped,
             fold_case,
             invalid: false,
         };
@@ -409,6 +457,74 @@ mod tests {
         let mut b = KeyBuilder::new("refund:", "");
         b.ctx_part("run\u{0}", "run_id");
         assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
+    }
+
+    /// ASCII values copied whole are written exactly as the character-by-character rule writes
+    /// them: every string of up to four characters over letters of both cases, a digit, the
+    /// template's specials, the marks, a space and control characters, in every way a value
+    /// reaches the key.
+    #[test]
+    fn a_value_copied_whole_is_written_as_each_character_would_be() {
+        let alphabet = [
+            'a', 'Z', '7', ':', 'x', '\\', '#', '>', '<', ' ', '\n', '\u{7f}', '\u{1}',
+        ];
+        // The rule, spelled independently: trimmed, each special or mark escaped, controls
+        // refused, and letters lowered where the case is folded.
+        let expected = |value: &str, fold: bool| -> Option<String> {
+            let mut out = String::from("pair:");
+            for c in value.trim().chars() {
+                if c.is_control() {
+                    return None;
+                }
+                if "\\#><:x".contains(c) {
+                    out.push('\\');
+                }
+                out.push(if fold { c.to_ascii_lowercase() } else { c });
+            }
+            Some(out)
+        };
+        let mut values = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = values
+                .iter()
+                .filter(|v| v.chars().count() == values.last().unwrap().chars().count())
+                .flat_map(|v| alphabet.iter().map(move |c| format!("{v}{c}")))
+                .collect();
+            values.extend(longer);
+        }
+        assert_eq!(values.len(), 1 + 13 + 169 + 2197 + 28561);
+        for value in &values {
+            for fold in [false, true] {
+                let mut b = KeyBuilder::new("pair:", ":x");
+                if fold {
+                    b.part_case_insensitive(value.as_str(), "a");
+                } else {
+                    b.part(value.as_str(), "a");
+                }
+                let got = b.finish().ok().map(|k| k.as_str().to_owned());
+                assert_eq!(got, expected(value, fold), "{value:?}, folded: {fold}");
+            }
+            // Canonical text (a number's, say) is neither trimmed nor folded, but still escaped.
+            let mut b = KeyBuilder::new("pair:", ":x");
+            let mut writer = KeyPartWriter {
+                buf: &mut b.buf,
+                specials: b.specials,
+                escaped: b.escaped,
+                fold_case: false,
+                invalid: false,
+            };
+            writer.canonical(value);
+            let invalid = writer.invalid;
+            let mut spelled = String::from("pair:");
+            for c in value.chars() {
+                if "\\#><:x".contains(c) {
+                    spelled.push('\\');
+                }
+                spelled.push(c);
+            }
+            assert_eq!(b.buf, spelled, "{value:?}");
+            assert_eq!(invalid, value.chars().any(char::is_control), "{value:?}");
+        }
     }
 
     #[test]
