@@ -111,6 +111,8 @@ struct Records {
     hasher: RandomState,
     /// Each tool's name once, shared by its records.
     tools: HashSet<Arc<str>>,
+    /// The tool whose name was asked for last.
+    last_tool: Option<Arc<str>>,
 }
 
 impl Records {
@@ -119,7 +121,11 @@ impl Records {
     }
 
     fn get(&self, key: &RecordKey) -> Option<&Node> {
-        let hash = self.hash(&key.tenant, &key.key);
+        self.get_at(self.hash(&key.tenant, &key.key), key)
+    }
+
+    /// The record under `key`, whose hash is `hash`.
+    fn get_at(&self, hash: u64, key: &RecordKey) -> Option<&Node> {
         self.table
             .find(hash, |node| node.hash == hash && node.is(key))
             .map(|node| &**node)
@@ -133,18 +139,27 @@ impl Records {
     }
 
     fn remove(&mut self, key: &RecordKey) {
+        self.remove_if(key, |_| true);
+    }
+
+    /// Removes the record under `key` if `judge` says so; true when it did.
+    fn remove_if(&mut self, key: &RecordKey, judge: impl FnOnce(&Node) -> bool) -> bool {
         let hash = self.hash(&key.tenant, &key.key);
-        if let Ok(entry) = self
+        match self
             .table
             .find_entry(hash, |node| node.hash == hash && node.is(key))
         {
-            entry.remove();
+            Ok(entry) if judge(entry.get()) => {
+                entry.remove();
+                true
+            }
+            _ => false,
         }
     }
 
-    /// Puts `node` in the place of the record under its key, if any.
-    fn put(&mut self, mut node: Node) {
-        let hash = self.hash(node.tenant(), node.key());
+    /// Puts `node`, whose tenant and key hash to `hash`, in the place of the record under its
+    /// key, if any.
+    fn put_at(&mut self, hash: u64, mut node: Node) {
         node.hash = hash;
         match self.table.entry(
             hash,
@@ -160,12 +175,20 @@ impl Records {
 
     /// The shared copy of a tool's name.
     fn tool(&mut self, name: &str) -> Arc<str> {
-        if let Some(held) = self.tools.get(name) {
-            return held.clone();
+        // Calls of one tool often come in a row: its name is compared before it is hashed.
+        if let Some(last) = self.last_tool.as_ref().filter(|last| ***last == *name) {
+            return last.clone();
         }
-        let name: Arc<str> = name.into();
-        self.tools.insert(name.clone());
-        name
+        let held = match self.tools.get(name) {
+            Some(held) => held.clone(),
+            None => {
+                let name: Arc<str> = name.into();
+                self.tools.insert(name.clone());
+                name
+            }
+        };
+        self.last_tool = Some(held.clone());
+        held
     }
 }
 
@@ -364,13 +387,17 @@ impl Store for MemoryStore {
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.with(|records, now| {
-            if let Some(node) = records.get(key) {
+            let hash = records.hash(&key.tenant, &key.key);
+            if let Some(node) = records.get_at(hash, key) {
                 if !node.expired(now) {
                     return Ok(Reservation::Existing(node.fields().to_record(key, now)?));
                 }
             }
             let tool = records.tool(tool);
-            records.put(Node::reserved(key, tool, fingerprint, token, now, lease)?);
+            records.put_at(
+                hash,
+                Node::reserved(key, tool, fingerprint, token, now, lease)?,
+            );
             Ok(Reservation::Reserved {
                 token: token.clone(),
                 failures: self.failures_at(key, now),
@@ -407,13 +434,7 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.with(|records, _| match records.get(key) {
-            Some(node) if node.held_by(token) => {
-                records.remove(key);
-                Ok(true)
-            }
-            _ => Ok(false),
-        })
+        self.with(|records, _| Ok(records.remove_if(key, |node| node.held_by(token))))
     }
 
     async fn renew(
