@@ -70,8 +70,17 @@ fn toolbox(store: Option<Arc<dyn toolkey::store::Store>>, ledger: Arc<Ledger>) -
 }
 
 fn stores() -> Vec<(&'static str, Arc<dyn toolkey::store::Store>)> {
-    let mut stores: Vec<(&'static str, Arc<dyn toolkey::store::Store>)> =
-        vec![("memory", Arc::new(MemoryStore::new()))];
+    let mut stores: Vec<(&'static str, Arc<dyn toolkey::store::Store>)> = vec![
+        ("memory", Arc::new(MemoryStore::new())),
+        // The local cache in front: a replay clones the outcome it holds, parsed.
+        (
+            "memory, local cache",
+            Arc::new(toolkey::store::CachedStore::new(
+                MemoryStore::new(),
+                64 << 20,
+            )),
+        ),
+    ];
     #[cfg(feature = "sqlite")]
     {
         let dir = std::env::temp_dir().join(format!("toolkey-bench-{}.db", std::process::id()));

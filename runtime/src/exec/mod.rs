@@ -299,8 +299,10 @@ impl Executor {
             // task; work that waits goes on in a task of its own, which the runtime polls
             // whether or not its caller does, and which a caller that stops waiting leaves
             // running.
+            // Boxed first, so the wrappers move a pointer rather than the whole call.
             let mut work = Box::pin(
-                AssertUnwindSafe(self.tracker.track_future(observed.scope(body))).catch_unwind(),
+                AssertUnwindSafe(self.tracker.track_future(observed.scope(Box::pin(body))))
+                    .catch_unwind(),
             );
             let ended = match futures_util::poll!(&mut work) {
                 std::task::Poll::Ready(ended) => Ok(ended),
