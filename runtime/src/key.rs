@@ -277,7 +277,7 @@ impl KeyPart for uuid::Uuid {
 }
 
 /// The ASCII control characters, one bit each (as [`char::is_control`] has them below 128).
-const CONTROLS: u128 = (1 << 32) - 1 | 1 << 127;
+const CONTROLS: u128 = ((1 << 32) - 1) | (1 << 127);
 
 /// `b`'s bit in a set of ASCII characters; none for a byte of 128 or more.
 fn bit(b: u8) -> u128 {
