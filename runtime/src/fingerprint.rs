@@ -29,10 +29,9 @@ impl Fingerprint {
     /// ```
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Fingerprint, serde_json::Error> {
         let value = serde_json::to_value(value)?;
-        // The canonical text goes straight into the hash: no buffer on the call path.
-        let mut hasher = HashSink(Sha256::new());
+        let mut hasher = HashSink::new();
         write_canonical(&value, &mut hasher).expect("hashing cannot fail");
-        Ok(Fingerprint(hasher.0.finalize().into()))
+        Ok(hasher.finish())
     }
 
     /// The fingerprint as 64 lowercase hex digits.
@@ -67,9 +66,9 @@ impl<'s> FingerprintFields<'s> {
     /// Starts the fingerprint of a call of `tool`.
     pub fn new(tool: &str, schema: &'s FingerprintSchema) -> Self {
         let (schema, has_sets) = schema.get();
-        let mut hasher = HashSink(Sha256::new());
+        let mut hasher = HashSink::new();
         write_string(tool, &mut hasher).expect("hashing cannot fail");
-        hasher.0.update(b"\n{");
+        hasher.bytes(b"\n{");
         FingerprintFields {
             hasher,
             schema,
@@ -105,11 +104,11 @@ impl<'s> FingerprintFields<'s> {
             self.last
         );
         if self.last.is_some() {
-            self.hasher.0.update(b",");
+            self.hasher.bytes(b",");
         }
         self.last = Some(name);
         write_string(name, &mut self.hasher).expect("hashing cannot fail");
-        self.hasher.0.update(b":");
+        self.hasher.bytes(b":");
     }
 
     fn value(&mut self, name: &str, mut value: Value) {
@@ -128,8 +127,8 @@ impl<'s> FingerprintFields<'s> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        self.hasher.0.update(b"}");
-        Ok(Fingerprint(self.hasher.0.finalize().into()))
+        self.hasher.bytes(b"}");
+        Ok(self.hasher.finish())
     }
 }
 
@@ -339,7 +338,23 @@ pub(crate) fn canonical_fields<'a>(
 }
 
 /// Feeds text written to it into a SHA-256.
+/// Takes canonical text straight into the hash: no buffer on the call path. (A buffer in front
+/// of the hasher, gathering the short pieces, cost more than it saved: the hasher keeps its own.)
 struct HashSink(Sha256);
+
+impl HashSink {
+    fn new() -> HashSink {
+        HashSink(Sha256::new())
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(self) -> Fingerprint {
+        Fingerprint(self.0.finalize().into())
+    }
+}
 
 impl fmt::Write for HashSink {
     fn write_str(&mut self, s: &str) -> fmt::Result {
@@ -355,9 +370,13 @@ fn write_canonical<W: fmt::Write + ?Sized>(value: &Value, out: &mut W) -> fmt::R
         Value::Number(n) => match n.as_f64() {
             // -0.0 and 0.0 are one value.
             Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
-                write!(out, "{}", f as i64)
+                out.write_str(itoa::Buffer::new().format(f as i64))
             }
-            _ => write!(out, "{n}"),
+            _ => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => out.write_str(itoa::Buffer::new().format(i)),
+                (None, Some(u)) => out.write_str(itoa::Buffer::new().format(u)),
+                (None, None) => write!(out, "{n}"),
+            },
         },
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
@@ -427,6 +446,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Text written in pieces of any size hashes as the whole text does.
+    #[test]
+    fn the_hash_of_text_in_pieces_is_the_hash_of_the_whole() {
+        let sizes = [0, 1, 2, 63, 64, 65, 126, 127, 128, 129, 200, 256, 1000];
+        for (n, first) in sizes.iter().enumerate() {
+            for second in &sizes {
+                let pieces: Vec<String> = [first, second, &sizes[(n * 7) % sizes.len()], first]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, len)| char::from(b'a' + i as u8).to_string().repeat(**len))
+                    .collect();
+                let mut sink = HashSink::new();
+                for piece in &pieces {
+                    fmt::Write::write_str(&mut sink, piece).unwrap();
+                }
+                let whole: Fingerprint = Fingerprint(Sha256::digest(pieces.concat()).into());
+                assert_eq!(sink.finish(), whole, "{first} then {second}");
+            }
+        }
+    }
+
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {
         let a = Fingerprint::of(&json!({"b": [1, {"y": 2, "x": 1.0}], "a": "s"})).unwrap();
@@ -448,6 +488,29 @@ mod tests {
         let mut out = String::new();
         canonical_json(&json!({"z": null, "a": [true, "q\""], "m": -0.0}), &mut out);
         assert_eq!(out, r#"{"a":[true,"q\""],"m":0,"z":null}"#);
+    }
+
+    /// Integers are written as serde_json writes them, whole floats as the integer they equal,
+    /// and other floats as serde_json writes them.
+    #[test]
+    fn numbers_are_written_as_serde_json_writes_them() {
+        for (value, text) in [
+            (json!(i64::MIN), "-9223372036854775808"),
+            (json!(-1), "-1"),
+            (json!(0), "0"),
+            (json!(u64::MAX), "18446744073709551615"),
+            (json!(100.0), "100"),
+            (json!(-0.0), "0"),
+            (json!(-7.0), "-7"),
+            (json!(9_007_199_254_740_991.0), "9007199254740991"),
+            (json!(9_007_199_254_740_992.0), "9007199254740992.0"),
+            (json!(1.5), "1.5"),
+            (json!(1e300), "1e+300"),
+        ] {
+            let mut out = String::new();
+            canonical_json(&value, &mut out);
+            assert_eq!(out, text, "{value}");
+        }
     }
 
     #[test]
