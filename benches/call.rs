@@ -199,36 +199,6 @@ fn bench(c: &mut Criterion) {
             &ctx,
         ))
         .unwrap();
-        if name == "memory" {
-            // A key's first replay, each of a key just run: the memory store parses its stored
-            // outcome here, and keeps it parsed for the replays that follow (the row below).
-            let n = AtomicU64::new(0);
-            group.bench_function(format!("keyed replay, first of its key ({name})"), |b| {
-                b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let mut timed = std::time::Duration::ZERO;
-                        for _ in 0..iters {
-                            let customer = format!("r{}", n.fetch_add(1, Ordering::Relaxed));
-                            let args =
-                                json!({"customer": customer, "period": "2026-10", "amount": 100.0});
-                            toolbox.call("send_invoice", args, &ctx).await.unwrap();
-                            let start = std::time::Instant::now();
-                            let out = toolbox
-                                .call(
-                                    "send_invoice",
-                                    json!({"customer": customer, "period": "2026-10", "amount": 100.0}),
-                                    &ctx,
-                                )
-                                .await
-                                .unwrap();
-                            timed += start.elapsed();
-                            assert!(out.replayed);
-                        }
-                        timed
-                    })
-                })
-            });
-        }
         group.bench_function(format!("keyed replay ({name})"), |b| {
             b.to_async(&rt).iter(|| async {
                 let out = toolbox

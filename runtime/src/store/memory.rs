@@ -1,6 +1,6 @@
 //! The in-process store: the default, and the reference the other stores are checked against.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::row::{span_ms, Fields, Held, State};
+use super::row::{span_ms, Fields, State};
 use super::{
     from_millis, millis, to_millis, Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation,
     Resolution, Store, StoreError, Token,
@@ -90,11 +90,6 @@ impl<C: Clock> Clock for Arc<C> {
 /// its tenant, key, token and outcome text together; tool names are shared between the records of
 /// a tool.
 ///
-/// An outcome is kept as text. Once a call has been replayed, its outcome is also kept parsed,
-/// so the retries that follow (a model, a client and a run loop all retrying the same call)
-/// clone their answer instead of parsing it again; up to about 4 MiB of such copies are kept,
-/// those replayed longest ago dropped first.
-///
 /// ```
 /// use std::sync::Arc;
 /// use toolkey::store::{ManualClock, MemoryStore};
@@ -119,44 +114,6 @@ struct Records {
     tools: HashSet<Arc<str>>,
     /// The tool whose name was asked for last.
     last_tool: Option<Arc<str>>,
-    /// The records whose outcomes are also held parsed, oldest first: each one's hash, its
-    /// node's address, and the outcome's estimated size. The address is compared, never
-    /// followed: a record removed since is simply not found, and a node put at the same address
-    /// for the same key since at most loses its parsed copy early, which changes nothing it
-    /// answers (the text is kept).
-    parsed: VecDeque<(u64, usize, usize)>,
-    /// The sum of the sizes in `parsed`.
-    parsed_bytes: usize,
-}
-
-/// How many bytes of parsed outcomes (estimated, see [`estimate`]) the memory store keeps beside
-/// their text: 4 MiB.
-const PARSED_BUDGET: usize = 4 << 20;
-
-/// About how many bytes `outcome` takes held parsed: its own size, and for each JSON value
-/// inside it the value's size and its text's (a member's name too).
-fn estimate(outcome: &Outcome) -> usize {
-    fn value(v: &serde_json::Value) -> usize {
-        use serde_json::Value;
-        std::mem::size_of::<Value>()
-            + match v {
-                Value::String(s) => s.len(),
-                Value::Array(items) => items.iter().map(value).sum(),
-                // A member also costs its name's string and the map's hash slot.
-                Value::Object(map) => map
-                    .iter()
-                    .map(|(name, v)| name.len() + 2 * std::mem::size_of::<usize>() + value(v))
-                    .sum(),
-                Value::Null | Value::Bool(_) | Value::Number(_) => 0,
-            }
-    }
-    std::mem::size_of::<Outcome>()
-        + match outcome {
-            Outcome::Ok(v) => value(v),
-            Outcome::Err(err) => {
-                err.code().len() + err.message().len() + err.suggestion().map_or(0, str::len)
-            }
-        }
 }
 
 impl Records {
@@ -237,47 +194,6 @@ impl Records {
         true
     }
 
-    /// The completed record under `key` at `now_ms`, its outcome kept parsed from now on while
-    /// it is among those most recently replayed; `None` when there is none, or it does not read
-    /// back (left to `reserve`, which reports it).
-    fn replay(&mut self, key: &RecordKey, now_ms: i64) -> Option<Record> {
-        let hash = self.hash(&key.tenant, &key.key);
-        let node = &mut **self
-            .table
-            .find_mut(hash, |node| node.hash == hash && node.is(key))?;
-        if node.state != State::Completed || node.expired(now_ms) {
-            return None;
-        }
-        if node.parsed.is_some() {
-            return node.fields().to_record(key, now_ms).ok();
-        }
-        let record = node.fields().to_record(key, now_ms).ok()?;
-        let Record::Completed { outcome, .. } = &record else {
-            return Some(record);
-        };
-        let size = estimate(outcome);
-        if size > PARSED_BUDGET {
-            return Some(record);
-        }
-        node.parsed = Some(Box::new(outcome.clone()));
-        self.parsed
-            .push_back((hash, node as *const Node as usize, size));
-        self.parsed_bytes += size;
-        while self.parsed_bytes > PARSED_BUDGET {
-            let Some((hash, address, size)) = self.parsed.pop_front() else {
-                break;
-            };
-            self.parsed_bytes -= size;
-            let held = self
-                .table
-                .find_mut(hash, |node| &**node as *const Node as usize == address);
-            if let Some(node) = held {
-                node.parsed = None;
-            }
-        }
-        Some(record)
-    }
-
     /// The shared copy of a tool's name.
     fn tool(&mut self, name: &str) -> Arc<str> {
         // Calls of one tool often come in a row: its name is compared before it is hashed.
@@ -304,8 +220,8 @@ struct Node {
     /// table reads it instead of hashing every key again. (It fits in the allocator's rounding
     /// of the node: a node takes as much memory as it did without it.)
     hash: u64,
-    /// The tenant, the key, the holder's token and, in a completed record whose outcome is not
-    /// held parsed, the outcome's stored text, one after another.
+    /// The tenant, the key, the holder's token and, in a completed record, the outcome's stored
+    /// text, one after another.
     text: Box<str>,
     tenant_len: u32,
     key_len: u32,
@@ -317,9 +233,6 @@ struct Node {
     lease_until_ms: i64,
     completed_at_ms: i64,
     expires_at_ms: i64,
-    /// A completed record's outcome, parsed, while it is among those most recently replayed
-    /// (see [`Records`]); the text is kept too.
-    parsed: Option<Box<Outcome>>,
 }
 
 impl Node {
@@ -348,7 +261,6 @@ impl Node {
             lease_until_ms: now_ms.saturating_add(span_ms(lease)),
             completed_at_ms: 0,
             expires_at_ms: 0,
-            parsed: None,
         })
     }
 
@@ -371,23 +283,15 @@ impl Node {
         (self.tenant_len + self.key_len + self.token_len) as usize
     }
 
-    /// The outcome as held: parsed, else the text after the token (none in a record not
-    /// completed).
-    fn outcome(&self) -> Option<Held<'_>> {
-        match &self.parsed {
-            Some(outcome) => Some(Held::Parsed(outcome)),
-            None if self.state == State::Completed => {
-                Some(Held::Text(&self.text[self.outcome_start()..]))
-            }
-            None => None,
-        }
+    /// The outcome's stored text, after the token (none in a record not completed).
+    fn outcome(&self) -> Option<&str> {
+        (self.state == State::Completed).then(|| &self.text[self.outcome_start()..])
     }
 
     /// Holds `stored` as the outcome's text, in place of any outcome held before.
     fn hold_text(&mut self, stored: &str) {
         let start = self.outcome_start();
         self.text = [&self.text[..start], stored].concat().into();
-        self.parsed = None;
     }
 
     fn is(&self, key: &RecordKey) -> bool {
@@ -539,7 +443,14 @@ impl Store for MemoryStore {
     }
 
     fn completed_here(&self, key: &RecordKey) -> Option<Record> {
-        self.with(|records, now| records.replay(key, now))
+        self.with(|records, now| {
+            let node = records.get(key)?;
+            if node.state != State::Completed || node.expired(now) {
+                return None;
+            }
+            // A record that cannot be read is left to `reserve`, which reports it.
+            node.fields().to_record(key, now).ok()
+        })
     }
 
     async fn complete(
@@ -747,19 +658,6 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
     const RETAIN: Duration = Duration::from_secs(60);
 
-    /// Runs `key` to `outcome`: reserved and completed.
-    async fn run(store: &MemoryStore, key: &RecordKey, outcome: &Outcome) {
-        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
-        let token = match store
-            .reserve(key, "tool", &fp, &Token::generate(), LEASE)
-            .await
-        {
-            Ok(Reservation::Reserved { token, .. }) => token,
-            other => panic!("{key:?} was not free: {other:?}"),
-        };
-        assert!(store.complete(key, &token, outcome, RETAIN).await.unwrap());
-    }
-
     /// The outcome a replay of `key` reads from memory.
     fn replayed(store: &MemoryStore, key: &RecordKey) -> Option<Outcome> {
         match store.completed_here(key)? {
@@ -768,19 +666,11 @@ mod tests {
         }
     }
 
-    /// True when `key`'s record holds its outcome parsed.
-    fn held_parsed(store: &MemoryStore, key: &RecordKey) -> bool {
-        store.with(|records, _| records.get(key).unwrap().parsed.is_some())
-    }
-
-    fn parsed_bytes(store: &MemoryStore) -> usize {
-        store.with(|records, _| records.parsed_bytes)
-    }
-
-    /// A replay keeps the outcome parsed; the replays after it, read from that copy, and every
-    /// other read (`get`, `reserve`, `list`) answer exactly what the text does.
+    /// A completed record's outcome text follows its tenant, key and token in one allocation:
+    /// every read (a replay, `get`, `reserve`, `list`) answers the outcome recorded, whatever
+    /// its text holds, and the record's token is read apart from it.
     #[tokio::test]
-    async fn a_replayed_outcome_is_kept_parsed_and_answers_as_its_text_does() {
+    async fn every_read_answers_the_outcome_recorded_after_the_key_and_token() {
         let store = MemoryStore::new();
         let outcomes = [
             Outcome::Ok(serde_json::json!({
@@ -789,35 +679,32 @@ mod tests {
                 "empty": {}, "yes": true
             })),
             Outcome::Ok(serde_json::Value::Null),
-            Outcome::Ok(serde_json::json!(0)),
+            Outcome::Ok(serde_json::json!("")),
+            Outcome::Ok(serde_json::json!("shopk-3tok")),
             Outcome::Err(
                 crate::ToolError::new("PAYMENT_DECLINED", "card declined")
                     .with_suggestion("ask for another card"),
             ),
         ];
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         for (n, outcome) in outcomes.iter().enumerate() {
             let key = RecordKey::new("shop", format!("k-{n}"));
-            run(&store, &key, outcome).await;
-            assert!(!held_parsed(&store, &key), "kept as text until replayed");
-            assert_eq!(
-                replayed(&store, &key).as_ref(),
-                Some(outcome),
-                "from the text"
-            );
-            assert!(held_parsed(&store, &key));
+            let token = match store
+                .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
+                .await
+            {
+                Ok(Reservation::Reserved { token, .. }) => token,
+                other => panic!("{key:?} was not free: {other:?}"),
+            };
+            assert!(store.complete(&key, &token, outcome, RETAIN).await.unwrap());
             for _ in 0..2 {
-                assert_eq!(
-                    replayed(&store, &key).as_ref(),
-                    Some(outcome),
-                    "from the copy"
-                );
+                assert_eq!(replayed(&store, &key).as_ref(), Some(outcome));
             }
             let Some(Record::Completed { outcome: got, .. }) = store.get(&key).await.unwrap()
             else {
                 panic!("not completed");
             };
             assert_eq!(&got, outcome);
-            let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
             match store
                 .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
                 .await
@@ -834,91 +721,69 @@ mod tests {
             let page = store.list(&filter, None, 10).await.unwrap();
             assert_eq!(page.entries.len(), 1);
             assert_eq!(page.entries[0].outcome.as_ref(), Some(outcome));
+            assert_eq!(
+                page.entries[0].revision, token,
+                "the token, without the outcome"
+            );
+            // A fenced write with the old token finds nothing to change.
+            assert!(!store.release(&key, &token).await.unwrap());
         }
     }
 
-    /// Parsed copies never pass their budget; those dropped for newer ones are answered from
-    /// their text, each record its own outcome; an outcome larger than the whole budget is never
-    /// kept parsed.
+    /// A key run again after its record expired answers its new outcome, when the new record
+    /// takes the old one's place in the table; a stale record taken over and resolved keeps its
+    /// key and answers the outcome it was resolved with.
     #[tokio::test]
-    async fn parsed_copies_keep_to_their_budget_and_the_text_still_answers() {
-        let store = MemoryStore::new();
-        let blob = "x".repeat(200_000);
-        let outcome = |n: usize| Outcome::Ok(serde_json::json!({"n": n, "blob": blob}));
-        let key = |n: usize| RecordKey::new("shop", format!("k-{n}"));
-        for n in 0..40 {
-            run(&store, &key(n), &outcome(n)).await;
-            assert_eq!(replayed(&store, &key(n)), Some(outcome(n)));
-            assert!(parsed_bytes(&store) <= PARSED_BUDGET);
-        }
-        let kept: Vec<bool> = (0..40).map(|n| held_parsed(&store, &key(n))).collect();
-        // 8 MB of outcomes, a 4 MiB budget: the oldest lost their copies, the newest kept them.
-        let count = kept.iter().filter(|kept| **kept).count();
-        assert!((15..=21).contains(&count), "{count} kept parsed");
-        assert_eq!(kept.iter().position(|kept| *kept), Some(40 - count));
-        for n in 0..40 {
-            assert_eq!(replayed(&store, &key(n)), Some(outcome(n)), "record {n}");
-        }
-
-        let huge = Outcome::Ok(serde_json::json!("y".repeat(PARSED_BUDGET + 1)));
-        let before = parsed_bytes(&store);
-        run(&store, &key(99), &huge).await;
-        assert_eq!(replayed(&store, &key(99)), Some(huge.clone()));
-        assert!(!held_parsed(&store, &key(99)));
-        assert_eq!(parsed_bytes(&store), before);
-    }
-
-    /// A key run again after its record expired answers its new outcome, also when the new
-    /// record's node sits where the old one's did (the copy's bookkeeping names a node by its
-    /// address) and that copy's turn to be dropped comes after it.
-    #[tokio::test]
-    async fn a_key_run_again_after_expiry_answers_its_new_outcome() {
+    async fn a_record_put_again_or_taken_over_answers_its_own_outcome() {
         let clock = Arc::new(ManualClock::new());
         let store = MemoryStore::with_clock(clock.clone());
         let key = RecordKey::new("shop", "again");
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         let (first, second) = (
-            Outcome::Ok(serde_json::json!("first")),
+            Outcome::Ok(serde_json::json!("first, and longer than the second")),
             Outcome::Ok(serde_json::json!("second")),
         );
-        run(&store, &key, &first).await;
-        assert_eq!(replayed(&store, &key), Some(first.clone()));
-        let address = store.with(|records, _| records.get(&key).map(|n| n as *const Node as usize));
+        let reserve = || async {
+            match store
+                .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
+                .await
+            {
+                Ok(Reservation::Reserved { token, .. }) => token,
+                other => panic!("not free: {other:?}"),
+            }
+        };
+        let token = reserve().await;
+        assert!(store.complete(&key, &token, &first, RETAIN).await.unwrap());
         clock.advance(RETAIN);
         assert_eq!(replayed(&store, &key), None, "expired");
-        // The expired record's node is reused in place for the new reservation.
-        run(&store, &key, &second).await;
-        assert_eq!(
-            store.with(|records, _| records.get(&key).map(|n| n as *const Node as usize)),
-            address
-        );
+        let token = reserve().await;
+        assert!(store.complete(&key, &token, &second, RETAIN).await.unwrap());
         assert_eq!(replayed(&store, &key), Some(second.clone()));
-        assert_eq!(replayed(&store, &key), Some(second.clone()));
-        // Other replays push both of the key's copies out of the budget.
-        let blob = "z".repeat(1 << 20);
-        for n in 0..6 {
-            let other = RecordKey::new("shop", format!("other-{n}"));
-            run(&store, &other, &Outcome::Ok(serde_json::json!(blob))).await;
-            replayed(&store, &other);
-        }
-        assert!(!held_parsed(&store, &key));
-        assert_eq!(replayed(&store, &key), Some(second));
-    }
 
-    /// Text that stops reading as an outcome is never answered from an earlier parsed copy.
-    #[cfg(feature = "testing")]
-    #[tokio::test]
-    async fn a_corrupted_record_is_not_answered_from_its_parsed_copy() {
-        let store = MemoryStore::new();
-        let key = RecordKey::new("shop", "corrupt");
-        run(&store, &key, &Outcome::Ok(serde_json::json!(7))).await;
-        replayed(&store, &key);
-        assert!(held_parsed(&store, &key));
-        store.__corrupt(&key);
-        assert_eq!(replayed(&store, &key), None);
-        assert!(matches!(
-            store.get(&key).await,
-            Err(StoreError::Corrupt { .. })
-        ));
+        let other = RecordKey::new("shop", "stale");
+        let token = match store
+            .reserve(&other, "tool", &fp, &Token::generate(), LEASE)
+            .await
+        {
+            Ok(Reservation::Reserved { token, .. }) => token,
+            other => panic!("not free: {other:?}"),
+        };
+        clock.advance(LEASE);
+        let taken = store
+            .take_over(&other, &token, LEASE)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(store.mark_unknown(&other, &taken).await.unwrap());
+        let done = Resolution::Done {
+            outcome: first.clone(),
+            retain: RETAIN,
+        };
+        assert!(store.resolve(&other, &taken, &done).await.unwrap());
+        assert_eq!(replayed(&store, &other), Some(first));
+        let page = store.list(&Filter::default(), None, 10).await.unwrap();
+        let keys: Vec<&RecordKey> = page.entries.iter().map(|e| &e.key).collect();
+        assert_eq!(keys, [&key, &other]);
     }
 
     /// Ended counters leave the map once it has doubled since the last sweep.

@@ -63,7 +63,7 @@ impl StoredRecord {
             fingerprint: record_fingerprint(&self.fingerprint, key)?,
             since_ms: self.since_ms,
             lease_until_ms: self.lease_until_ms,
-            outcome: self.outcome.as_deref().map(Held::Text),
+            outcome: self.outcome.as_deref(),
             completed_at_ms: self.completed_at_ms,
             expires_at_ms: self.expires_at_ms,
         })
@@ -103,18 +103,9 @@ pub(crate) struct Fields<'a> {
     pub fingerprint: Fingerprint,
     pub since_ms: i64,
     pub lease_until_ms: i64,
-    pub outcome: Option<Held<'a>>,
+    pub outcome: Option<&'a str>,
     pub completed_at_ms: Option<i64>,
     pub expires_at_ms: Option<i64>,
-}
-
-/// A completed record's outcome as its holder keeps it.
-#[derive(Clone, Copy)]
-pub(crate) enum Held<'a> {
-    /// Stored text, read back by [`Outcome::from_stored`].
-    Text(&'a str),
-    /// Already read (the memory store keeps its most recent outcomes so): cloned.
-    Parsed(&'a Outcome),
 }
 
 impl Fields<'_> {
@@ -123,7 +114,7 @@ impl Fields<'_> {
         let (fingerprint, since) = (self.fingerprint, from_millis(self.since_ms));
         Ok(match self.state {
             State::Completed => {
-                let held = self
+                let text = self
                     .outcome
                     .ok_or_else(|| StoreError::corrupt(key, "completed record without outcome"))?;
                 let (Some(completed_at), Some(expires_at)) =
@@ -136,10 +127,7 @@ impl Fields<'_> {
                 };
                 Record::Completed {
                     fingerprint,
-                    outcome: match held {
-                        Held::Text(text) => Outcome::from_stored(key, text)?,
-                        Held::Parsed(outcome) => outcome.clone(),
-                    },
+                    outcome: Outcome::from_stored(key, text)?,
                     completed_at: from_millis(completed_at),
                     expires_at: from_millis(expires_at),
                 }
