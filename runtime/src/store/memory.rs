@@ -83,7 +83,7 @@ impl<C: Clock> Clock for Arc<C> {
 /// Keeps records in this process's memory: for tests, single-process agents, and as the default
 /// when a toolbox is given no store. Its records do not survive a restart.
 ///
-/// A record takes about 220 bytes from the allocator beside its stored result, about 300 of
+/// A record takes about 200 bytes from the allocator with a small stored result, about 230 of
 /// resident memory (at a million records: `cargo bench -p toolkey-tests --all-features --bench
 /// scale`): the table holds a pointer per slot, and each record is one allocation for its fields
 /// (its key's hash among them, so the table grows without hashing every key again) and one for
