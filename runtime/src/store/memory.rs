@@ -170,16 +170,16 @@ impl Records {
         }
     }
 
-    /// Completes the record under `key`, if `judge` says so, with `outcome`; true when it did.
+    /// Completes the record under `key`, if `judge` says so, with the outcome whose stored text
+    /// is `text` (written before the lock is taken); true when it did.
     fn complete(
         &mut self,
         key: &RecordKey,
         judge: impl FnOnce(&Node) -> bool,
-        outcome: &Outcome,
+        text: &str,
         now_ms: i64,
         retain: Duration,
     ) -> bool {
-        let text = outcome.to_stored();
         let hash = self.hash(&key.tenant, &key.key);
         let node = self
             .table
@@ -190,7 +190,7 @@ impl Records {
         node.state = State::Completed;
         node.completed_at_ms = now_ms;
         node.expires_at_ms = now_ms.saturating_add(span_ms(retain));
-        node.hold_text(&text);
+        node.hold_text(text);
         true
     }
 
@@ -274,13 +274,19 @@ impl Node {
     }
 
     fn token(&self) -> &str {
-        let start = (self.tenant_len + self.key_len) as usize;
+        let start = self.token_start();
         &self.text[start..start + self.token_len as usize]
+    }
+
+    /// Where the token starts in `text`. (The lengths are added as `usize`: each fits in a
+    /// `u32`, their sum need not.)
+    fn token_start(&self) -> usize {
+        self.tenant_len as usize + self.key_len as usize
     }
 
     /// Where the outcome's text starts in `text`.
     fn outcome_start(&self) -> usize {
-        (self.tenant_len + self.key_len + self.token_len) as usize
+        self.token_start() + self.token_len as usize
     }
 
     /// The outcome's stored text, after the token (none in a record not completed).
@@ -304,7 +310,7 @@ impl Node {
 
     /// Hands the record to a new holder.
     fn set_token(&mut self, token: &Token) -> Result<(), StoreError> {
-        let held = (self.tenant_len + self.key_len) as usize;
+        let held = self.token_start();
         let rest = &self.text[self.outcome_start()..];
         let token_len = u32::try_from(token.as_str().len())
             .map_err(|_| StoreError::Config("a token longer than 4 GiB".into()))?;
@@ -460,8 +466,9 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         retain: Duration,
     ) -> Result<bool, StoreError> {
+        let text = outcome.to_stored();
         self.with(|records, now| {
-            Ok(records.complete(key, |node| node.held_by(token), outcome, now, retain))
+            Ok(records.complete(key, |node| node.held_by(token), &text, now, retain))
         })
     }
 
@@ -580,13 +587,15 @@ impl Store for MemoryStore {
         seen: &Token,
         resolution: &Resolution,
     ) -> Result<bool, StoreError> {
+        let done = match resolution {
+            Resolution::Done { outcome, retain } => Some((outcome.to_stored(), *retain)),
+            Resolution::NotDone => None,
+        };
         self.with(|records, now| {
             let seen = |node: &Node| node.token() == seen.as_str() && node.stale(now);
-            Ok(match resolution {
-                Resolution::Done { outcome, retain } => {
-                    records.complete(key, seen, outcome, now, *retain)
-                }
-                Resolution::NotDone => records.remove_if(key, seen),
+            Ok(match done {
+                Some((text, retain)) => records.complete(key, seen, &text, now, retain),
+                None => records.remove_if(key, seen),
             })
         })
     }
