@@ -527,6 +527,24 @@ mod tests {
         }
     }
 
+    /// A template whose literal text holds a character beyond ASCII escapes it in values too,
+    /// beside its ASCII specials, whichever way a value is written.
+    #[test]
+    fn specials_beyond_ascii_are_escaped_too() {
+        let pair = |a: &str| {
+            let mut k = KeyBuilder::new("pair:", ":\u{2192}");
+            k.part(a, "a");
+            k.literal("\u{2192}");
+            k.part("b", "b");
+            k.finish().unwrap().as_str().to_owned()
+        };
+        assert_eq!(pair("plain"), "pair:plain\u{2192}b");
+        assert_eq!(pair("a:b"), "pair:a\\:b\u{2192}b");
+        assert_eq!(pair("a\u{2192}b"), "pair:a\\\u{2192}b\u{2192}b");
+        assert_eq!(pair("caf\u{e9}"), "pair:caf\u{e9}\u{2192}b");
+        assert_ne!(pair("x\u{2192}b"), pair("x"));
+    }
+
     #[test]
     fn long_keys_keep_their_namespace_and_fit() {
         let long = "x".repeat(600);
