@@ -334,25 +334,24 @@ impl Writes {
                 }
                 return;
             }
-            if commit_batch(&mut lock(conn), clock, batch) {
-                self.commits.fetch_add(1, Ordering::Relaxed);
-            }
+            commit_batch(&mut lock(conn), clock, batch, &self.commits);
         }
     }
 }
 
-/// Runs `batch` in one transaction and answers each write once the commit's fate is known;
-/// true when it committed.
+/// Runs `batch` in one transaction and answers each write once the commit's fate is known.
+/// A commit that keeps a change is counted in `commits` before any write is answered, so a
+/// caller that has its answer also sees the count.
 fn commit_batch(
     conn: &mut Connection,
     clock: &dyn Clock,
     mut batch: Vec<Box<dyn Pending>>,
-) -> bool {
+    commits: &AtomicU64,
+) {
     let fail_all = |batch: Vec<Box<dyn Pending>>, why: String| {
         for job in batch {
             job.answer(Err(why.clone()));
         }
-        false
     };
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         return fail_all(batch, format!("sqlite: {e}"));
@@ -395,11 +394,12 @@ fn commit_batch(
         }
         format!("sqlite: {e}")
     });
-    let kept = applied > 0 && committed.is_ok();
+    if applied > 0 && committed.is_ok() {
+        commits.fetch_add(1, Ordering::Relaxed);
+    }
     for job in batch {
         job.answer(committed.clone());
     }
-    kept
 }
 
 /// A write waiting in [`Writes`]' queue.
