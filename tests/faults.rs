@@ -98,33 +98,142 @@ fn toolbox(store: impl Store, warehouse: Arc<Warehouse>) -> Toolbox {
         .unwrap()
 }
 
-/// A body that blocks its thread for three leases keeps its key: the lease is renewed from a
-/// task of its own, so a retry with a recover hook finds the call in progress instead of taking
-/// the key over and picking a second time.
+/// A body that blocks its thread for three leases keeps its key: the lease is renewed by the
+/// runtime's renewer task, which another worker runs, so a retry with a recover hook finds the
+/// call in progress instead of taking the key over and picking a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_blocks_its_thread_keeps_its_lease() {
     let warehouse = Arc::new(Warehouse::default());
+    blocked_pick(
+        &toolbox(MemoryStore::new(), warehouse.clone()),
+        &warehouse,
+        "o-1",
+    )
+    .await;
+}
+
+/// The same under a concurrency limit, where the lease is first registered while the call waits
+/// for its slot (the renewer woken then), and registered again for the body: the renewer must
+/// not be left waiting in the slot of the worker the body then blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_blocks_its_thread_under_a_concurrency_limit_keeps_its_lease() {
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = limited_toolbox(&warehouse);
+    blocked_pick(&toolbox, &warehouse, "o-1").await;
+}
+
+/// A toolbox of `pick` on a memory store, one pick at a time.
+fn limited_toolbox(warehouse: &Arc<Warehouse>) -> Toolbox {
+    Toolbox::builder()
+        .store(MemoryStore::new())
+        .shared_state(warehouse.clone())
+        .tool(Pick)
+        .concurrency("pick", std::num::NonZeroUsize::new(1))
+        .shutdown_grace(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// Each runtime's leases are renewed by a renewer on that runtime: not by the renewer of a
+/// runtime that is idle (a current-thread runtime nothing drives runs no task), nor by one of a
+/// runtime that is gone. One toolbox runs on three runtimes in turn; each blocked pick keeps its
+/// lease.
+#[test]
+fn each_runtime_renews_its_own_leases() {
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = limited_toolbox(&warehouse);
+    let multi = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // A current-thread runtime whose renewer holds a lease (registered while the call waited
+    // for its slot), then sits idle.
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = idle
+        .block_on(toolbox.call("pick", json!({"order": "o-0"}), &ctx()))
+        .unwrap();
+    assert_eq!(first.value, json!("pick-1"));
+    multi().block_on(blocked_pick(&toolbox, &warehouse, "o-1"));
+    drop(idle);
+    multi().block_on(blocked_pick(&toolbox, &warehouse, "o-2"));
+    assert_eq!(warehouse.picks(), 3);
+}
+
+/// A call made through the handle of a runtime that has shut down, where the renewer's task
+/// cannot start (the runtime drops a new task at once), neither hangs nor panics: a body that
+/// does not wait runs in its caller's thread and its outcome is answered and recorded.
+#[test]
+fn a_call_through_the_handle_of_a_runtime_shut_down_ends() {
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(warehouse.clone())
+        .tool(HeldPick)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt.handle().clone();
+    drop(rt);
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let toolbox = toolbox.clone();
+        move || {
+            let ctx = ctx();
+            let call = toolbox.call("held_pick", json!({"order": "o-7"}), &ctx);
+            let _ = answered.send(handle.block_on(call).map(|out| out.value));
+        }
+    });
+    let answer = answer
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the call ended");
+    assert_eq!(answer.unwrap(), json!("pick-1"));
+    assert_eq!(warehouse.picks(), 1);
+    let replay = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(toolbox.call("held_pick", json!({"order": "o-7"}), &ctx()))
+        .unwrap();
+    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
+    assert_eq!(warehouse.picks(), 1);
+}
+
+/// A pick of `order` that blocks its thread for 900 ms, three leases: a retry in its fourth
+/// lease finds it in progress, and after shutdown a retry replays it; one pick more on the
+/// ledger.
+async fn blocked_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
+    let before = warehouse.picks();
     *warehouse.block.lock().unwrap() = Duration::from_millis(900);
-    let toolbox = toolbox(MemoryStore::new(), warehouse.clone());
     let err = toolbox
-        .call("pick", json!({"order": "o-1"}), &ctx())
+        .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::Timeout), "{err:?}");
     // Past the 300 ms lease, while the body still blocks its thread.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let err = toolbox
-        .call("pick", json!({"order": "o-1"}), &ctx())
+        .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::InProgress), "{err:?}");
     assert!(toolbox.shutdown().await.is_clean());
+    *warehouse.block.lock().unwrap() = Duration::ZERO;
     let replay = toolbox
-        .call("pick", json!({"order": "o-1"}), &ctx())
+        .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap();
-    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
-    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
+    let expected = format!("pick-{}", before + 1);
+    assert_eq!((replay.value, replay.replayed), (json!(expected), true));
+    assert_eq!(warehouse.picks(), before + 1, "one pick more on the ledger");
 }
 
 /// Pick an order, looked up before a retry acts; a short lease and no timeout, so the call runs

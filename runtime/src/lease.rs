@@ -1,11 +1,12 @@
-//! Holding a reservation: the work run under it ([`drive`]) with its lease renewed from a task of
-//! its own, and the writes that end it ([`settle`]: complete, release, mark unknown) retried
+//! Holding a reservation: the work run under it ([`drive`]) with its lease renewed beside it,
+//! and the writes that end it ([`settle`]: complete, release, mark unknown) retried
 //! until the store takes them. A keyed call and each of its `ctx.once` steps hold a reservation
 //! the same way, so both use what is here.
 //!
 //! Two promises rest here. A body that blocks its thread must not lose its lease: the renewal
-//! runs in its own task, so it goes on while the body's task is stuck (on a multi-thread
-//! runtime; see [`Toolbox`](crate::Toolbox) on blocking work). And an outcome the process knows
+//! runs in the runtime's renewer task (one per runtime, see [`renewer`]), so it goes on while
+//! the body's task is stuck (on a multi-thread runtime; see [`Toolbox`](crate::Toolbox) on
+//! blocking work). And an outcome the process knows
 //! must not be lost to one failed write: a write the store did not take is retried, under the
 //! renewed lease, with backoff, until it lands or the process stops; `Toolbox::shutdown` waits
 //! for that (with a bound) and reports what it could not write.
@@ -13,13 +14,12 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::key::log_hash;
@@ -32,17 +32,18 @@ use crate::{texts, ErrorCode, ToolError};
 const FIRST_RETRY: Duration = Duration::from_millis(10);
 const LAST_RETRY: Duration = Duration::from_secs(2);
 
-/// Renews one reservation's lease until dropped: from a task of its own, or, on a
-/// current-thread runtime, paused once the work that renewed it from its own task has ended
-/// (see [`drive`]), and started in a task again if the lease must outlast the call.
+mod renewer;
+
+use renewer::Registration;
+
+/// Renews one reservation's lease until dropped: registered with the runtime's renewer task, or,
+/// on a current-thread runtime, paused once the work that renewed it from its own task has ended
+/// (see [`drive`]), and registered if the lease must outlast the call.
 pub(crate) enum Renewal {
-    /// Renewing from a task of its own.
-    Running {
-        lost: Arc<AtomicBool>,
-        task: JoinHandle<()>,
-    },
+    /// Renewed by the runtime's renewer.
+    Running(Registration),
     /// Not renewing: the work's own task renewed the lease while the work ran, every third of
-    /// a lease while the store answered. [`resume`](Self::resume) starts a task.
+    /// a lease while the store answered. [`resume`](Self::resume) registers it.
     Paused { lease: Duration, lost: bool },
 }
 
@@ -55,20 +56,10 @@ impl Renewal {
         token: Token,
         lease: Duration,
     ) -> Renewal {
-        let lost = Arc::new(AtomicBool::new(false));
-        // The renewal reports to the call it holds the lease for, and logs in its span.
-        let renewals = Renewals::of_current();
-        let task = tokio::spawn({
-            let lost = lost.clone();
-            async move {
-                renew_until_lost(&*store, &rkey, &token, lease, &renewals).await;
-                lost.store(true, Ordering::SeqCst);
-            }
-        });
-        Renewal::Running { lost, task }
+        Renewal::Running(Registration::new(store, rkey, token, lease))
     }
 
-    /// This renewal, renewing from a task of its own: a paused one is started again.
+    /// This renewal, renewed by the runtime's renewer: a paused one is registered.
     pub(crate) fn resume(self, store: &Arc<dyn Store>, rkey: &RecordKey, token: &Token) -> Renewal {
         match self {
             Renewal::Paused { lease, lost: false } => {
@@ -82,10 +73,20 @@ impl Renewal {
     /// lapsed and another call took the key over (or the reservation was ended).
     pub(crate) fn lost(&self) -> bool {
         match self {
-            Renewal::Running { lost, .. } => lost.load(Ordering::SeqCst),
+            Renewal::Running(registration) => registration.lost(),
             Renewal::Paused { lost, .. } => *lost,
         }
     }
+}
+
+/// How often a lease is renewed: every third of it, at most every 10 ms.
+fn period_of(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
+}
+
+/// How soon a failed renewal is tried again, for a lease renewed every `period`.
+fn retry_of(period: Duration) -> Duration {
+    (period / 8).max(FIRST_RETRY).min(period)
 }
 
 /// Renews `token`'s lease every third of `lease` until a renewal finds it no longer held by the
@@ -97,37 +98,54 @@ async fn renew_until_lost(
     lease: Duration,
     renewals: &Renewals,
 ) {
-    let period = (lease / 3).max(Duration::from_millis(10));
+    let period = period_of(lease);
     let mut wait = period;
     loop {
         tokio::time::sleep(wait).await;
-        // A store that panics while renewing fails this renewal, not the ones after it: a
-        // renewal that stopped would let the lease lapse under a running body.
-        let renew = AssertUnwindSafe(store.renew(rkey, token, lease)).catch_unwind();
-        let renewed = match observe::store(StoreOp::Renew, renew).await {
-            Ok(renewed) => renewed,
-            Err(_) => Err(StoreError::unavailable(
-                "the store panicked while renewing the lease",
-            )),
-        };
-        match renewed {
-            Ok(true) => {
-                renewals.renewed();
-                wait = period;
-            }
-            Ok(false) => return,
-            Err(e) => {
-                tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
-                wait = (period / 8).max(FIRST_RETRY).min(period);
-            }
+        let renewed = renew_once(store, rkey, token, lease).await;
+        match next_renewal(renewed, period, renewals, rkey) {
+            Some(next) => wait = next,
+            None => return,
         }
     }
 }
 
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        if let Renewal::Running { task, .. } = self {
-            task.abort();
+/// Renews `token`'s lease once: true when renewed, false when the reservation is no longer held
+/// by the token. A store that panics while renewing fails this renewal, not the ones after it: a
+/// renewal that stopped would let the lease lapse under a running body.
+async fn renew_once(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    lease: Duration,
+) -> Result<bool, StoreError> {
+    let renew = AssertUnwindSafe(store.renew(rkey, token, lease)).catch_unwind();
+    match observe::store(StoreOp::Renew, renew).await {
+        Ok(renewed) => renewed,
+        Err(_) => Err(StoreError::unavailable(
+            "the store panicked while renewing the lease",
+        )),
+    }
+}
+
+/// How long after a renewal of a lease renewed every `period` the next is due: a period after
+/// one that renewed it (counted for the call), soon after one that failed (logged), none once
+/// the lease is lost.
+fn next_renewal(
+    renewed: Result<bool, StoreError>,
+    period: Duration,
+    renewals: &Renewals,
+    rkey: &RecordKey,
+) -> Option<Duration> {
+    match renewed {
+        Ok(true) => {
+            renewals.renewed();
+            Some(period)
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
+            Some(retry_of(period))
         }
     }
 }
@@ -405,8 +423,8 @@ impl Holder<'_> {
 /// renewal on a multi-thread runtime), catching a panic. The renewal goes on until it is
 /// dropped; `handover`, an earlier renewal of the same reservation, ends once this one runs.
 ///
-/// On a multi-thread runtime the renewal runs in a task of its own, which another worker runs
-/// while the work's thread is blocked. A current-thread runtime has no other thread: a body
+/// On a multi-thread runtime the lease is registered with the runtime's renewer task, which
+/// another worker runs while the work's thread is blocked. A current-thread runtime has no other thread: a body
 /// that blocks it stops every task alike, so the work's own task renews the lease while the
 /// work waits, sparing a task, and the renewal is handed back [paused](Renewal::Paused).
 pub(crate) async fn drive<T, F>(
@@ -443,17 +461,18 @@ where
         .await;
         (done, Renewal::Paused { lease, lost })
     } else {
-        let renewal = Renewal::start(store.clone(), rkey.clone(), token.clone(), lease);
-        // A task spawned from a worker thread waits in that worker's own slot, which no other
-        // worker takes from: let the renewal out of it (the yield lets it be polled, or moves it
-        // to the queue other workers take from) before a body that blocks this thread can keep
-        // it there. Outside any task (a caller's `block_on`) the renewal went to the runtime's
-        // shared queue.
-        if tokio::task::try_id().is_some() {
+        let registration = Registration::new(store.clone(), rkey.clone(), token.clone(), lease);
+        // A task woken from a worker thread waits in that worker's own slot, which no other
+        // worker takes from: when this registration (or an earlier one of this call, while it
+        // waited for a concurrency slot) woke the renewer and it has not run since, let it out
+        // of that slot (the yield lets it be polled, or moves it to the queue other workers
+        // take from) before a body that blocks this thread can keep it there. Outside any task
+        // (a caller's `block_on`) the renewer went to the runtime's shared queue.
+        if registration.renewer_woken() && tokio::task::try_id().is_some() {
             tokio::task::yield_now().await;
         }
         drop(handover);
-        (work.await, renewal)
+        (work.await, Renewal::Running(registration))
     };
     if renewal.lost() {
         tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");

@@ -632,9 +632,9 @@ impl Observed {
     }
 }
 
-/// What a lease renewal, in a task of its own, reports to the call it was started in. It holds
-/// the call weakly: an aborted renewal task is dropped whenever its runtime gets to it, and must
-/// not keep the call's span open until then.
+/// What a lease renewal, in the runtime's renewer task, reports to the call it was started in.
+/// It holds the call weakly: the lease may stay registered after the call has ended (while a
+/// write is retried in the background), and must not keep the call's span open meanwhile.
 pub(crate) struct Renewals(Weak<Inner>);
 
 impl Renewals {

@@ -226,7 +226,7 @@ pub(super) async fn run(
     // key is freed, and the body never runs.
     let permit = match &slot {
         Some(slot) => {
-            // The wait may be long: the lease is renewed from a task of its own meanwhile.
+            // The wait may be long: the runtime's renewer renews the lease meanwhile.
             let waiting = match renewal.take() {
                 Some(renewal) => renewal.resume(&store, &rkey, &token),
                 None => Renewal::start(store.clone(), rkey.clone(), token.clone(), settings.lease),
