@@ -401,9 +401,9 @@ impl Toolbox {
     ///
     /// # Blocking work
     ///
-    /// While a keyed body runs, its lease is renewed from a separate task, so a body that blocks
-    /// its thread (a synchronous client, a CPU-heavy step) keeps its key — as long as the
-    /// runtime has another thread to renew from. On a current-thread runtime, or a multi-thread
+    /// While a keyed body runs, its lease is renewed from a separate task (one per runtime renews
+    /// every lease held on it), so a body that blocks its thread (a synchronous client, a
+    /// CPU-heavy step) keeps its key — as long as the runtime has another thread to renew from. On a current-thread runtime, or a multi-thread
     /// runtime whose every worker is blocked, nothing renews and the lease lapses: another call
     /// may then take the key over. Run blocking work with [`tokio::task::spawn_blocking`] (or
     /// `block_in_place`) inside the body. If a lease is lost anyway, the call does not claim
