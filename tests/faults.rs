@@ -142,13 +142,6 @@ fn limited_toolbox(warehouse: &Arc<Warehouse>) -> Toolbox {
 fn each_runtime_renews_its_own_leases() {
     let warehouse = Arc::new(Warehouse::default());
     let toolbox = limited_toolbox(&warehouse);
-    let multi = || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
     // A current-thread runtime whose renewer holds a lease (registered while the call waited
     // for its slot), then sits idle.
     let idle = tokio::runtime::Builder::new_current_thread()
@@ -159,9 +152,9 @@ fn each_runtime_renews_its_own_leases() {
         .block_on(toolbox.call("pick", json!({"order": "o-0"}), &ctx()))
         .unwrap();
     assert_eq!(first.value, json!("pick-1"));
-    multi().block_on(blocked_pick(&toolbox, &warehouse, "o-1"));
+    two_workers().block_on(blocked_pick(&toolbox, &warehouse, "o-1"));
     drop(idle);
-    multi().block_on(blocked_pick(&toolbox, &warehouse, "o-2"));
+    two_workers().block_on(blocked_pick(&toolbox, &warehouse, "o-2"));
     assert_eq!(warehouse.picks(), 3);
 }
 
@@ -176,11 +169,7 @@ fn a_call_through_the_handle_of_a_runtime_shut_down_ends() {
         .tool(HeldPick)
         .build()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let handle = rt.handle().clone();
     drop(rt);
     let (answered, answer) = std::sync::mpsc::channel();
@@ -205,6 +194,15 @@ fn a_call_through_the_handle_of_a_runtime_shut_down_ends() {
         .unwrap();
     assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
     assert_eq!(warehouse.picks(), 1);
+}
+
+/// A runtime of two workers.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// A pick of `order` that blocks its thread for 900 ms, three leases: a retry in its fourth
