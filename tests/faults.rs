@@ -136,8 +136,8 @@ fn limited_toolbox(warehouse: &Arc<Warehouse>) -> Toolbox {
 
 /// Each runtime's leases are renewed by a renewer on that runtime: not by the renewer of a
 /// runtime that is idle (a current-thread runtime nothing drives runs no task), nor by one of a
-/// runtime that is gone. One toolbox runs on three runtimes in turn; each blocked pick keeps its
-/// lease.
+/// runtime that is gone. One toolbox runs on three runtimes in turn; each pick, waiting past its
+/// lease, keeps it.
 #[test]
 fn each_runtime_renews_its_own_leases() {
     let warehouse = Arc::new(Warehouse::default());
@@ -152,10 +152,42 @@ fn each_runtime_renews_its_own_leases() {
         .block_on(toolbox.call("pick", json!({"order": "o-0"}), &ctx()))
         .unwrap();
     assert_eq!(first.value, json!("pick-1"));
-    two_workers().block_on(blocked_pick(&toolbox, &warehouse, "o-1"));
+    two_workers().block_on(waiting_pick(&toolbox, &warehouse, "o-1"));
     drop(idle);
-    two_workers().block_on(blocked_pick(&toolbox, &warehouse, "o-2"));
+    two_workers().block_on(waiting_pick(&toolbox, &warehouse, "o-2"));
     assert_eq!(warehouse.picks(), 3);
+}
+
+/// A pick of `order` whose body waits past three leases (for a gate: its thread is free): a retry
+/// in its fourth lease finds it in progress, not taken over; once the gate opens, one pick more
+/// is on the ledger and a retry replays it.
+async fn waiting_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
+    let before = warehouse.picks();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *warehouse.gate.lock().unwrap() = Some(gate.clone());
+    let err = toolbox
+        .call("pick", json!({ "order": order }), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Timeout), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A lease that lapsed would be taken over: the lookup finds no pick, and the retry would
+    // run the body again and wait at the gate too (a timeout, then a second pick).
+    let err = toolbox
+        .call("pick", json!({ "order": order }), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    *warehouse.gate.lock().unwrap() = None;
+    gate.notify_waiters();
+    assert!(toolbox.shutdown().await.is_clean());
+    let replay = toolbox
+        .call("pick", json!({ "order": order }), &ctx())
+        .await
+        .unwrap();
+    let expected = format!("pick-{}", before + 1);
+    assert_eq!((replay.value, replay.replayed), (json!(expected), true));
+    assert_eq!(warehouse.picks(), before + 1, "one pick more on the ledger");
 }
 
 /// A call made through the handle of a runtime that has shut down, where the renewer's task
@@ -206,10 +238,8 @@ fn two_workers() -> tokio::runtime::Runtime {
 }
 
 /// A pick of `order` that blocks its thread for 900 ms, three leases: a retry in its fourth
-/// lease finds it in progress, and after shutdown a retry replays it; one pick more on the
-/// ledger.
+/// lease finds it in progress, and after shutdown a retry replays it; one pick on the ledger.
 async fn blocked_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
-    let before = warehouse.picks();
     *warehouse.block.lock().unwrap() = Duration::from_millis(900);
     let err = toolbox
         .call("pick", json!({ "order": order }), &ctx())
@@ -224,14 +254,12 @@ async fn blocked_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
         .unwrap_err();
     assert!(err.is(ErrorCode::InProgress), "{err:?}");
     assert!(toolbox.shutdown().await.is_clean());
-    *warehouse.block.lock().unwrap() = Duration::ZERO;
     let replay = toolbox
         .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap();
-    let expected = format!("pick-{}", before + 1);
-    assert_eq!((replay.value, replay.replayed), (json!(expected), true));
-    assert_eq!(warehouse.picks(), before + 1, "one pick more on the ledger");
+    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
+    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
 }
 
 /// Pick an order, looked up before a retry acts; a short lease and no timeout, so the call runs
