@@ -285,3 +285,141 @@ fn settle(renewer: &Renewer, id: u64, renewed: Result<bool, StoreError>) {
         None => held.lost = true,
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::store::faults::{Fault, FaultyStore, Op, Plan};
+    use crate::store::{MemoryStore, Reservation};
+    use crate::Fingerprint;
+
+    /// A memory store whose renewals are counted, faulted as `plan` says.
+    fn store(plan: Plan) -> Arc<FaultyStore<MemoryStore>> {
+        Arc::new(FaultyStore::new(MemoryStore::new(), plan))
+    }
+
+    /// `key` reserved in `store` under a new token.
+    async fn reserved(store: &Arc<FaultyStore<MemoryStore>>, key: &str) -> (RecordKey, Token) {
+        let rkey = RecordKey::new("acme", key);
+        let token = Token::generate();
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
+        let reserved = store
+            .reserve(&rkey, "tool", &fp, &token, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(matches!(reserved, Reservation::Reserved { .. }));
+        (rkey, token)
+    }
+
+    /// The leases a renewer holds, and the renewals it has due.
+    fn held(renewer: &Renewer) -> (usize, usize) {
+        let state = renewer.lock();
+        (state.held.len(), state.due.len())
+    }
+
+    const LEASE: Duration = Duration::from_millis(300);
+
+    /// A registered lease is renewed every third of it; once its registration ends the renewer
+    /// holds nothing and has nothing due, and renews no more.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_renewed_while_registered_and_forgotten_after() {
+        let store = store(Plan::script([]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = Registration::new(store.clone(), rkey, token, LEASE);
+        let renewer = registration.renewer.clone();
+        assert_eq!(held(&renewer), (1, 1));
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(store.calls(Op::Renew), 3, "renewed at 100, 200 and 300 ms");
+        assert!(!registration.lost());
+        drop(registration);
+        assert_eq!(held(&renewer), (0, 0));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(store.calls(Op::Renew), 3);
+    }
+
+    /// A renewal that finds the reservation no longer held by its token marks the lease lost,
+    /// and it is not renewed again; a failed renewal is tried again soon, and the lease goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_is_not_renewed_again_and_a_failed_renewal_is_retried() {
+        let failing = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
+        let released = store(Plan::script([]));
+        let (kept_key, kept_token) = reserved(&failing, "kept").await;
+        let (lost_key, lost_token) = reserved(&released, "lost").await;
+        let kept = Registration::new(failing.clone(), kept_key, kept_token, LEASE);
+        let lost = Registration::new(
+            released.clone(),
+            lost_key.clone(),
+            lost_token.clone(),
+            LEASE,
+        );
+        released.release(&lost_key, &lost_token).await.unwrap();
+        // At 100 ms one renewal fails, and the other finds its key released.
+        tokio::time::sleep(Duration::from_millis(110)).await;
+        assert_eq!(
+            (failing.calls(Op::Renew), released.calls(Op::Renew)),
+            (1, 1)
+        );
+        assert!(lost.lost() && !kept.lost());
+        assert_eq!(
+            held(&kept.renewer),
+            (2, 1),
+            "the lost lease has nothing due"
+        );
+        // The failed one is tried again 12.5 ms later (an eighth of its period), then renewed
+        // every 100 ms: at 112.5, 212.5, 312.5 and 412.5 ms. The lost one, never again.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            (failing.calls(Op::Renew), released.calls(Op::Renew)),
+            (5, 1)
+        );
+        assert!(lost.lost() && !kept.lost());
+    }
+
+    /// A registration that ends while its renewal is under way is forgotten when the renewal
+    /// ends: nothing held, nothing due.
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_ended_during_its_renewal_is_forgotten() {
+        let store = store(Plan::script([(
+            Op::Renew,
+            Fault::Delay(Duration::from_millis(500)),
+        )]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = Registration::new(store.clone(), rkey, token, LEASE);
+        let renewer = registration.renewer.clone();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(store.calls(Op::Renew), 1);
+        assert_eq!(held(&renewer), (1, 0), "under way: held, nothing due");
+        drop(registration);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(held(&renewer), (0, 0));
+        assert_eq!(store.calls(Op::Renew), 1);
+    }
+
+    /// A registration wakes the renewer only when its renewal falls due before the renewer would
+    /// wake by itself (or it waits for none): calls back to back with one lease wake it once.
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_wakes_the_renewer_only_when_it_is_due_first() {
+        let store = store(Plan::script([]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let first = Registration::new(store.clone(), rkey.clone(), token.clone(), LEASE);
+        assert!(first.renewer_woken(), "the renewer waited for none");
+        tokio::task::yield_now().await;
+        assert!(
+            !first.renewer_woken(),
+            "it ran, and sleeps until the first is due"
+        );
+        for _ in 0..10 {
+            let later = Registration::new(store.clone(), rkey.clone(), token.clone(), LEASE);
+            assert!(!later.renewer_woken(), "due after the first: not woken");
+        }
+        let sooner = Registration::new(
+            store.clone(),
+            rkey.clone(),
+            token.clone(),
+            Duration::from_millis(60),
+        );
+        assert!(sooner.renewer_woken(), "due before the first: woken");
+        drop((first, sooner));
+        assert_eq!(held(&Renewer::current()), (0, 0));
+    }
+}
