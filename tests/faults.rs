@@ -104,12 +104,8 @@ fn toolbox(store: impl Store, warehouse: Arc<Warehouse>) -> Toolbox {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_blocks_its_thread_keeps_its_lease() {
     let warehouse = Arc::new(Warehouse::default());
-    blocked_pick(
-        &toolbox(MemoryStore::new(), warehouse.clone()),
-        &warehouse,
-        "o-1",
-    )
-    .await;
+    let toolbox = toolbox(MemoryStore::new(), warehouse.clone());
+    held_pick_keeps_its_lease(&toolbox, &warehouse, "o-1", Hold::Block).await;
 }
 
 /// The same under a concurrency limit, where the lease is first registered while the call waits
@@ -119,7 +115,7 @@ async fn a_body_that_blocks_its_thread_keeps_its_lease() {
 async fn a_body_that_blocks_its_thread_under_a_concurrency_limit_keeps_its_lease() {
     let warehouse = Arc::new(Warehouse::default());
     let toolbox = limited_toolbox(&warehouse);
-    blocked_pick(&toolbox, &warehouse, "o-1").await;
+    held_pick_keeps_its_lease(&toolbox, &warehouse, "o-1", Hold::Block).await;
 }
 
 /// A toolbox of `pick` on a memory store, one pick at a time.
@@ -152,42 +148,20 @@ fn each_runtime_renews_its_own_leases() {
         .block_on(toolbox.call("pick", json!({"order": "o-0"}), &ctx()))
         .unwrap();
     assert_eq!(first.value, json!("pick-1"));
-    two_workers().block_on(waiting_pick(&toolbox, &warehouse, "o-1"));
+    two_workers().block_on(held_pick_keeps_its_lease(
+        &toolbox,
+        &warehouse,
+        "o-1",
+        Hold::Gate,
+    ));
     drop(idle);
-    two_workers().block_on(waiting_pick(&toolbox, &warehouse, "o-2"));
+    two_workers().block_on(held_pick_keeps_its_lease(
+        &toolbox,
+        &warehouse,
+        "o-2",
+        Hold::Gate,
+    ));
     assert_eq!(warehouse.picks(), 3);
-}
-
-/// A pick of `order` whose body waits past three leases (for a gate: its thread is free): a retry
-/// in its fourth lease finds it in progress, not taken over; once the gate opens, one pick more
-/// is on the ledger and a retry replays it.
-async fn waiting_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
-    let before = warehouse.picks();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    *warehouse.gate.lock().unwrap() = Some(gate.clone());
-    let err = toolbox
-        .call("pick", json!({ "order": order }), &ctx())
-        .await
-        .unwrap_err();
-    assert!(err.is(ErrorCode::Timeout), "{err:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // A lease that lapsed would be taken over: the lookup finds no pick, and the retry would
-    // run the body again and wait at the gate too (a timeout, then a second pick).
-    let err = toolbox
-        .call("pick", json!({ "order": order }), &ctx())
-        .await
-        .unwrap_err();
-    assert!(err.is(ErrorCode::InProgress), "{err:?}");
-    *warehouse.gate.lock().unwrap() = None;
-    gate.notify_waiters();
-    assert!(toolbox.shutdown().await.is_clean());
-    let replay = toolbox
-        .call("pick", json!({ "order": order }), &ctx())
-        .await
-        .unwrap();
-    let expected = format!("pick-{}", before + 1);
-    assert_eq!((replay.value, replay.replayed), (json!(expected), true));
-    assert_eq!(warehouse.picks(), before + 1, "one pick more on the ledger");
 }
 
 /// A call made through the handle of a runtime that has shut down, where the renewer's task
@@ -237,29 +211,61 @@ fn two_workers() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A pick of `order` that blocks its thread for 900 ms, three leases: a retry in its fourth
-/// lease finds it in progress, and after shutdown a retry replays it; one pick on the ledger.
-async fn blocked_pick(toolbox: &Toolbox, warehouse: &Warehouse, order: &str) {
-    *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+/// How a pick's body holds on past three leases of 300 ms.
+enum Hold {
+    /// It blocks its thread for 900 ms.
+    Block,
+    /// It waits at a gate (its thread is free) until the test opens it.
+    Gate,
+}
+
+/// A pick of `order` whose body holds on past three leases: a retry in its fourth lease finds
+/// it in progress (a lease that lapsed would be taken over: the lookup finds no pick, and the
+/// retry would run the body again), and after shutdown a retry replays it; one pick more on the
+/// ledger.
+async fn held_pick_keeps_its_lease(
+    toolbox: &Toolbox,
+    warehouse: &Warehouse,
+    order: &str,
+    hold: Hold,
+) {
+    let before = warehouse.picks();
+    let gate = match hold {
+        Hold::Block => {
+            *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+            None
+        }
+        Hold::Gate => {
+            let gate = Arc::new(tokio::sync::Notify::new());
+            *warehouse.gate.lock().unwrap() = Some(gate.clone());
+            Some(gate)
+        }
+    };
     let err = toolbox
         .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::Timeout), "{err:?}");
-    // Past the 300 ms lease, while the body still blocks its thread.
+    // Past the 300 ms lease, while the body still holds on.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let err = toolbox
         .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap_err();
     assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    if let Some(gate) = gate {
+        *warehouse.gate.lock().unwrap() = None;
+        gate.notify_waiters();
+    }
     assert!(toolbox.shutdown().await.is_clean());
+    *warehouse.block.lock().unwrap() = Duration::ZERO;
     let replay = toolbox
         .call("pick", json!({ "order": order }), &ctx())
         .await
         .unwrap();
-    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
-    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
+    let expected = format!("pick-{}", before + 1);
+    assert_eq!((replay.value, replay.replayed), (json!(expected), true));
+    assert_eq!(warehouse.picks(), before + 1, "one pick more on the ledger");
 }
 
 /// Pick an order, looked up before a retry acts; a short lease and no timeout, so the call runs
