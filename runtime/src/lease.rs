@@ -6,10 +6,10 @@
 //! Two promises rest here. A body that blocks its thread must not lose its lease: the renewal
 //! runs in the runtime's renewer task (one per runtime, see [`renewer`]), so it goes on while
 //! the body's task is stuck (on a multi-thread runtime; see [`Toolbox`](crate::Toolbox) on
-//! blocking work). And an outcome the process knows
-//! must not be lost to one failed write: a write the store did not take is retried, under the
-//! renewed lease, with backoff, until it lands or the process stops; `Toolbox::shutdown` waits
-//! for that (with a bound) and reports what it could not write.
+//! blocking work). And an outcome the process knows must not be lost to one failed write: a
+//! write the store did not take is retried, under the renewed lease, with backoff, until it
+//! lands or the process stops; `Toolbox::shutdown` waits for that (with a bound) and reports
+//! what it could not write.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -56,7 +56,8 @@ impl Renewal {
         token: Token,
         lease: Duration,
     ) -> Renewal {
-        Renewal::Running(Registration::new(store, rkey, token, lease))
+        let runtime = tokio::runtime::Handle::current();
+        Renewal::Running(Registration::new(&runtime, store, rkey, token, lease))
     }
 
     /// This renewal, renewed by the runtime's renewer: a paused one is registered.
@@ -424,9 +425,10 @@ impl Holder<'_> {
 /// dropped; `handover`, an earlier renewal of the same reservation, ends once this one runs.
 ///
 /// On a multi-thread runtime the lease is registered with the runtime's renewer task, which
-/// another worker runs while the work's thread is blocked. A current-thread runtime has no other thread: a body
-/// that blocks it stops every task alike, so the work's own task renews the lease while the
-/// work waits, sparing a task, and the renewal is handed back [paused](Renewal::Paused).
+/// another worker runs while the work's thread is blocked. A current-thread runtime has no other
+/// thread: a body that blocks it stops every task alike, so the work's own task renews the
+/// lease while the work waits, sparing a task, and the renewal is handed back
+/// [paused](Renewal::Paused).
 pub(crate) async fn drive<T, F>(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
@@ -439,9 +441,9 @@ where
     F: Future<Output = T> + Send,
 {
     let work = AssertUnwindSafe(work).catch_unwind();
-    let (done, renewal) = if tokio::runtime::Handle::current().runtime_flavor()
-        == tokio::runtime::RuntimeFlavor::CurrentThread
-    {
+    let runtime = tokio::runtime::Handle::current();
+    let one_thread = runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread;
+    let (done, renewal) = if one_thread {
         drop(handover);
         let renewals = Renewals::of_current();
         let renew = renew_until_lost(&**store, rkey, token, lease, &renewals);
@@ -461,7 +463,8 @@ where
         .await;
         (done, Renewal::Paused { lease, lost })
     } else {
-        let registration = Registration::new(store.clone(), rkey.clone(), token.clone(), lease);
+        let registration =
+            Registration::new(&runtime, store.clone(), rkey.clone(), token.clone(), lease);
         // A task woken from a worker thread waits in that worker's own slot, which no other
         // worker takes from: when this registration (or an earlier one of this call, while it
         // waited for a concurrency slot) woke the renewer and it has not run since, let it out

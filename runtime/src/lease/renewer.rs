@@ -34,15 +34,16 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Registers `token`'s lease on the current runtime's renewer, first renewed a third of
-    /// `lease` from now.
+    /// Registers `token`'s lease on `runtime`'s renewer (the runtime the caller runs on), first
+    /// renewed a third of `lease` from now.
     pub(crate) fn new(
+        runtime: &Handle,
         store: Arc<dyn Store>,
         rkey: RecordKey,
         token: Token,
         lease: Duration,
     ) -> Registration {
-        let renewer = Renewer::current();
+        let renewer = Renewer::of(runtime);
         let period = period_of(lease);
         let due = Instant::now() + period;
         let held = Held {
@@ -147,9 +148,8 @@ thread_local! {
 }
 
 impl Renewer {
-    /// The current runtime's renewer, its task started if it has none.
-    fn current() -> Arc<Renewer> {
-        let handle = Handle::current();
+    /// `handle`'s renewer, its task started if it has none.
+    fn of(handle: &Handle) -> Arc<Renewer> {
         let id = handle.id();
         let near = LAST.try_with(|last| {
             let mut last = last.borrow_mut();
@@ -158,16 +158,16 @@ impl Renewer {
                     return renewer.clone();
                 }
             }
-            let renewer = Renewer::of(&handle, id);
+            let renewer = Renewer::registered(handle, id);
             *last = Some((id, renewer.clone()));
             renewer
         });
         // A thread whose locals are being torn down asks the registry.
-        near.unwrap_or_else(|_| Renewer::of(&handle, id))
+        near.unwrap_or_else(|_| Renewer::registered(handle, id))
     }
 
     /// `handle`'s renewer, from the registry or started.
-    fn of(handle: &Handle, id: Id) -> Arc<Renewer> {
+    fn registered(handle: &Handle, id: Id) -> Arc<Renewer> {
         let renewer = {
             let mut renewers = RENEWERS.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((_, renewer)) = renewers
@@ -311,6 +311,16 @@ mod tests {
         (rkey, token)
     }
 
+    /// `token`'s lease registered on the current runtime's renewer.
+    fn register(
+        store: Arc<FaultyStore<MemoryStore>>,
+        rkey: RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Registration {
+        Registration::new(&Handle::current(), store, rkey, token, lease)
+    }
+
     /// The leases a renewer holds, and the renewals it has due.
     fn held(renewer: &Renewer) -> (usize, usize) {
         let state = renewer.lock();
@@ -325,7 +335,7 @@ mod tests {
     async fn a_lease_is_renewed_while_registered_and_forgotten_after() {
         let store = store(Plan::script([]));
         let (rkey, token) = reserved(&store, "k").await;
-        let registration = Registration::new(store.clone(), rkey, token, LEASE);
+        let registration = register(store.clone(), rkey, token, LEASE);
         let renewer = registration.renewer.clone();
         assert_eq!(held(&renewer), (1, 1));
         tokio::time::sleep(Duration::from_millis(350)).await;
@@ -345,8 +355,8 @@ mod tests {
         let released = store(Plan::script([]));
         let (kept_key, kept_token) = reserved(&failing, "kept").await;
         let (lost_key, lost_token) = reserved(&released, "lost").await;
-        let kept = Registration::new(failing.clone(), kept_key, kept_token, LEASE);
-        let lost = Registration::new(
+        let kept = register(failing.clone(), kept_key, kept_token, LEASE);
+        let lost = register(
             released.clone(),
             lost_key.clone(),
             lost_token.clone(),
@@ -384,7 +394,7 @@ mod tests {
             Fault::Delay(Duration::from_millis(500)),
         )]));
         let (rkey, token) = reserved(&store, "k").await;
-        let registration = Registration::new(store.clone(), rkey, token, LEASE);
+        let registration = register(store.clone(), rkey, token, LEASE);
         let renewer = registration.renewer.clone();
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(store.calls(Op::Renew), 1);
@@ -401,7 +411,7 @@ mod tests {
     async fn a_registration_wakes_the_renewer_only_when_it_is_due_first() {
         let store = store(Plan::script([]));
         let (rkey, token) = reserved(&store, "k").await;
-        let first = Registration::new(store.clone(), rkey.clone(), token.clone(), LEASE);
+        let first = register(store.clone(), rkey.clone(), token.clone(), LEASE);
         assert!(first.renewer_woken(), "the renewer waited for none");
         tokio::task::yield_now().await;
         assert!(
@@ -409,10 +419,10 @@ mod tests {
             "it ran, and sleeps until the first is due"
         );
         for _ in 0..10 {
-            let later = Registration::new(store.clone(), rkey.clone(), token.clone(), LEASE);
+            let later = register(store.clone(), rkey.clone(), token.clone(), LEASE);
             assert!(!later.renewer_woken(), "due after the first: not woken");
         }
-        let sooner = Registration::new(
+        let sooner = register(
             store.clone(),
             rkey.clone(),
             token.clone(),
@@ -420,6 +430,6 @@ mod tests {
         );
         assert!(sooner.renewer_woken(), "due before the first: woken");
         drop((first, sooner));
-        assert_eq!(held(&Renewer::current()), (0, 0));
+        assert_eq!(held(&Renewer::of(&Handle::current())), (0, 0));
     }
 }
