@@ -635,6 +635,7 @@ impl Observed {
 /// What a lease renewal, in the runtime's renewer task, reports to the call it was started in.
 /// It holds the call weakly: the lease may stay registered after the call has ended (while a
 /// write is retried in the background), and must not keep the call's span open meanwhile.
+#[derive(Clone)]
 pub(crate) struct Renewals(Weak<Inner>);
 
 impl Renewals {

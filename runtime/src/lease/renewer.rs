@@ -14,6 +14,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -25,7 +26,7 @@ use tokio::time::Instant;
 
 use super::{next_renewal, period_of, renew_once};
 use crate::observe::Renewals;
-use crate::store::{RecordKey, Store, StoreError, Token};
+use crate::store::{RecordKey, Store, Token};
 
 /// A lease registered with its runtime's renewer, renewed until this is dropped.
 pub(crate) struct Registration {
@@ -230,13 +231,7 @@ async fn run(ended: Ended) {
                 state.due.pop_first();
                 if let Some(held) = state.held.get_mut(&id) {
                     held.due = None;
-                    under_way.push(renew(
-                        id,
-                        held.store.clone(),
-                        held.rkey.clone(),
-                        held.token.clone(),
-                        held.lease,
-                    ));
+                    under_way.push(renew(id, held));
                 }
             }
             let next = state.due.first().map(|&(at, _)| at);
@@ -248,8 +243,8 @@ async fn run(ended: Ended) {
         }
         tokio::select! {
             biased;
-            Some((id, renewed)) = under_way.next(), if !under_way.is_empty() => {
-                settle(renewer, id, renewed);
+            Some((id, next)) = under_way.next(), if !under_way.is_empty() => {
+                settle(renewer, id, next);
             }
             () = renewer.wake.notified() => {}
             () = &mut sleep, if next.is_some() => {}
@@ -257,26 +252,29 @@ async fn run(ended: Ended) {
     }
 }
 
-/// One renewal of lease `id`.
-async fn renew(
-    id: u64,
-    store: Arc<dyn Store>,
-    rkey: RecordKey,
-    token: Token,
-    lease: Duration,
-) -> (u64, Result<bool, StoreError>) {
-    (id, renew_once(&*store, &rkey, &token, lease).await)
+/// One renewal of `held`, lease `id`, and when the next is due (see [`next_renewal`]): judged,
+/// counted and logged here, outside the renewer's lock, which every keyed call takes.
+fn renew(id: u64, held: &Held) -> impl Future<Output = (u64, Option<Duration>)> + 'static {
+    let (store, rkey, token) = (held.store.clone(), held.rkey.clone(), held.token.clone());
+    let (lease, renewals) = (held.lease, held.renewals.clone());
+    async move {
+        let renewed = renew_once(&*store, &rkey, &token, lease).await;
+        (
+            id,
+            next_renewal(renewed, period_of(lease), &renewals, &rkey),
+        )
+    }
 }
 
-/// Schedules lease `id`'s next renewal after one ended: a period on, soon after a failure, or
-/// none once the lease is lost. A lease whose registration ended meanwhile is forgotten.
-fn settle(renewer: &Renewer, id: u64, renewed: Result<bool, StoreError>) {
+/// Schedules lease `id`'s next renewal `next` from now, or marks it lost (none). A lease whose
+/// registration ended meanwhile is forgotten.
+fn settle(renewer: &Renewer, id: u64, next: Option<Duration>) {
     let now = Instant::now();
     let mut state = renewer.lock();
     let Some(held) = state.held.get_mut(&id) else {
         return;
     };
-    match next_renewal(renewed, period_of(held.lease), &held.renewals, &held.rkey) {
+    match next {
         Some(wait) => {
             let due = now + wait;
             held.due = Some(due);
@@ -383,6 +381,53 @@ mod tests {
             (5, 1)
         );
         assert!(lost.lost() && !kept.lost());
+    }
+
+    /// Events that report whether the renewer's lock was held when they were logged.
+    struct LockWitness {
+        renewer: Arc<Mutex<Option<Arc<Renewer>>>>,
+        events: Arc<Mutex<Vec<bool>>>,
+    }
+
+    impl tracing::Subscriber for LockWitness {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            if let Some(renewer) = &*self.renewer.lock().unwrap() {
+                let held = renewer.state.try_lock().is_err();
+                self.events.lock().unwrap().push(held);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A failed renewal is logged outside the renewer's lock, which every keyed call on the
+    /// runtime takes: a slow log sink holds up no call.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_logged_outside_the_renewers_lock() {
+        let witness = LockWitness {
+            renewer: Arc::default(),
+            events: Arc::default(),
+        };
+        let (seen, events) = (witness.renewer.clone(), witness.events.clone());
+        let _log = tracing::subscriber::set_default(witness);
+        let store = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = register(store.clone(), rkey, token, LEASE);
+        *seen.lock().unwrap() = Some(registration.renewer.clone());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(store.calls(Op::Renew), 2, "failed, then retried");
+        let events = events.lock().unwrap().clone();
+        assert!(!events.is_empty(), "the failure was logged");
+        assert!(events.iter().all(|held| !held), "{events:?}");
+        assert!(!registration.lost());
     }
 
     /// A registration that ends while its renewal is under way is forgotten when the renewal
