@@ -667,6 +667,18 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
     const RETAIN: Duration = Duration::from_secs(60);
 
+    /// The token under which `key`, free, is now reserved.
+    async fn reserved(store: &MemoryStore, key: &RecordKey) -> Token {
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
+        match store
+            .reserve(key, "tool", &fp, &Token::generate(), LEASE)
+            .await
+        {
+            Ok(Reservation::Reserved { token, .. }) => token,
+            other => panic!("{key:?} was not free: {other:?}"),
+        }
+    }
+
     /// The outcome a replay of `key` reads from memory.
     fn replayed(store: &MemoryStore, key: &RecordKey) -> Option<Outcome> {
         match store.completed_here(key)? {
@@ -698,13 +710,7 @@ mod tests {
         let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         for (n, outcome) in outcomes.iter().enumerate() {
             let key = RecordKey::new("shop", format!("k-{n}"));
-            let token = match store
-                .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
-                .await
-            {
-                Ok(Reservation::Reserved { token, .. }) => token,
-                other => panic!("{key:?} was not free: {other:?}"),
-            };
+            let token = reserved(&store, &key).await;
             assert!(store.complete(&key, &token, outcome, RETAIN).await.unwrap());
             for _ in 0..2 {
                 assert_eq!(replayed(&store, &key).as_ref(), Some(outcome));
@@ -747,36 +753,20 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let store = MemoryStore::with_clock(clock.clone());
         let key = RecordKey::new("shop", "again");
-        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         let (first, second) = (
             Outcome::Ok(serde_json::json!("first, and longer than the second")),
             Outcome::Ok(serde_json::json!("second")),
         );
-        let reserve = || async {
-            match store
-                .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
-                .await
-            {
-                Ok(Reservation::Reserved { token, .. }) => token,
-                other => panic!("not free: {other:?}"),
-            }
-        };
-        let token = reserve().await;
+        let token = reserved(&store, &key).await;
         assert!(store.complete(&key, &token, &first, RETAIN).await.unwrap());
         clock.advance(RETAIN);
         assert_eq!(replayed(&store, &key), None, "expired");
-        let token = reserve().await;
+        let token = reserved(&store, &key).await;
         assert!(store.complete(&key, &token, &second, RETAIN).await.unwrap());
         assert_eq!(replayed(&store, &key), Some(second.clone()));
 
         let other = RecordKey::new("shop", "stale");
-        let token = match store
-            .reserve(&other, "tool", &fp, &Token::generate(), LEASE)
-            .await
-        {
-            Ok(Reservation::Reserved { token, .. }) => token,
-            other => panic!("not free: {other:?}"),
-        };
+        let token = reserved(&store, &other).await;
         clock.advance(LEASE);
         let taken = store
             .take_over(&other, &token, LEASE)
