@@ -138,7 +138,7 @@ fn limited_toolbox(warehouse: &Arc<Warehouse>) -> Toolbox {
 fn each_runtime_renews_its_own_leases() {
     let warehouse = Arc::new(Warehouse::default());
     let toolbox = limited_toolbox(&warehouse);
-    // A current-thread runtime whose renewer holds a lease (registered while the call waited
+    // A current-thread runtime that gets a renewer (a lease registered while the call waited
     // for its slot), then sits idle.
     let idle = tokio::runtime::Builder::new_current_thread()
         .enable_all()
