@@ -99,16 +99,38 @@ async fn renew_until_lost(
     lease: Duration,
     renewals: &Renewals,
 ) {
-    let period = period_of(lease);
-    let mut wait = period;
+    let mut wait = period_of(lease);
     loop {
         tokio::time::sleep(wait).await;
-        let renewed = renew_once(store, rkey, token, lease).await;
-        match next_renewal(renewed, period, renewals, rkey) {
+        match renew_judged(store, rkey, token, lease, renewals).await {
             Some(next) => wait = next,
             None => return,
         }
     }
+}
+
+/// Renews `token`'s lease once, and says when the next renewal is due (see [`next_renewal`]).
+///
+/// A panic while renewing or judging the renewal (a store's, caught by [`renew_once`], or a log
+/// subscriber's or metrics sink's while it is counted or logged) fails this renewal alone, tried
+/// again soon: left to unwind, it would stop the renewals of the work's task, or the renewer's
+/// task and with it every lease on the runtime, and the leases would lapse under running bodies.
+async fn renew_judged(
+    store: &dyn Store,
+    rkey: &RecordKey,
+    token: &Token,
+    lease: Duration,
+    renewals: &Renewals,
+) -> Option<Duration> {
+    let period = period_of(lease);
+    let judged = async {
+        let renewed = renew_once(store, rkey, token, lease).await;
+        next_renewal(renewed, period, renewals, rkey)
+    };
+    AssertUnwindSafe(judged)
+        .catch_unwind()
+        .await
+        .unwrap_or(Some(retry_of(period)))
 }
 
 /// Renews `token`'s lease once: true when renewed, false when the reservation is no longer held

@@ -5,8 +5,8 @@
 //! wake by itself (or the task waits for none).
 //!
 //! Renewals run concurrently inside the task, so a renewal the store holds up holds up no other
-//! lease; a store that panics while renewing fails that renewal alone, which is tried again
-//! soon, as after any failed renewal.
+//! lease; a store that panics while renewing, or a log sink that panics while a renewal is
+//! logged, fails that renewal alone, which is tried again soon, as after any failed renewal.
 //!
 //! The task is spawned on the runtime of the first registration made on it, and ends with that
 //! runtime. A runtime's renewer is found through the thread's last one (the common case: a
@@ -24,7 +24,7 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{next_renewal, period_of, renew_once};
+use super::{period_of, renew_judged};
 use crate::observe::Renewals;
 use crate::store::{RecordKey, Store, Token};
 
@@ -252,16 +252,15 @@ async fn run(ended: Ended) {
     }
 }
 
-/// One renewal of `held`, lease `id`, and when the next is due (see [`next_renewal`]): judged,
+/// One renewal of `held`, lease `id`, and when the next is due (see [`renew_judged`]): judged,
 /// counted and logged here, outside the renewer's lock, which every keyed call takes.
 fn renew(id: u64, held: &Held) -> impl Future<Output = (u64, Option<Duration>)> + 'static {
     let (store, rkey, token) = (held.store.clone(), held.rkey.clone(), held.token.clone());
     let (lease, renewals) = (held.lease, held.renewals.clone());
     async move {
-        let renewed = renew_once(&*store, &rkey, &token, lease).await;
         (
             id,
-            next_renewal(renewed, period_of(lease), &renewals, &rkey),
+            renew_judged(&*store, &rkey, &token, lease, &renewals).await,
         )
     }
 }
@@ -287,9 +286,11 @@ fn settle(renewer: &Renewer, id: u64, next: Option<Duration>) {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
+    use crate::lease::{drive, Renewal};
     use crate::store::faults::{Fault, FaultyStore, Op, Plan};
     use crate::store::{MemoryStore, Reservation};
     use crate::Fingerprint;
+    use std::sync::atomic::AtomicUsize;
 
     /// A memory store whose renewals are counted, faulted as `plan` says.
     fn store(plan: Plan) -> Arc<FaultyStore<MemoryStore>> {
@@ -428,6 +429,81 @@ mod tests {
         assert!(!events.is_empty(), "the failure was logged");
         assert!(events.iter().all(|held| !held), "{events:?}");
         assert!(!registration.lost());
+    }
+
+    /// Events that panic, the first `panics` of them.
+    struct PanickingLog {
+        panics: AtomicUsize,
+    }
+
+    impl tracing::Subscriber for PanickingLog {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            let left = self.panics.load(Ordering::Relaxed);
+            if left > 0 {
+                self.panics.store(left - 1, Ordering::Relaxed);
+                panic!("the log sink failed");
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A log sink that panics while a failed renewal is logged fails that renewal alone: the
+    /// renewer goes on, retries it soon, and renews this lease and others as before. Left to
+    /// unwind, the panic ended the renewer's task, and no lease on the runtime was renewed again.
+    #[tokio::test(start_paused = true)]
+    async fn a_log_sink_that_panics_fails_one_renewal_not_the_renewer() {
+        let _log = tracing::subscriber::set_default(PanickingLog {
+            panics: AtomicUsize::new(1),
+        });
+        let store = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = register(store.clone(), rkey, token, LEASE);
+        // Fails at 100 ms and its warning panics; tried again at 112.5 ms, then every 100 ms.
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        assert_eq!(store.calls(Op::Renew), 5);
+        assert!(!registration.lost());
+        let renewer = registration.renewer.clone();
+        assert!(!renewer.ended.load(Ordering::Acquire));
+        // A lease registered after the panic is renewed too.
+        let (rkey, token) = reserved(&store, "later").await;
+        let later = register(store.clone(), rkey, token, LEASE);
+        assert!(Arc::ptr_eq(&later.renewer, &renewer));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(store.calls(Op::Renew), 7, "each lease renewed once more");
+        assert!(!later.lost() && !registration.lost());
+    }
+
+    /// On a current-thread runtime the work's own task renews its lease: there too, a log sink
+    /// that panics fails one renewal, and neither the work nor its lease ends with it.
+    #[tokio::test(start_paused = true)]
+    async fn a_log_sink_that_panics_fails_one_renewal_of_the_works_own_task() {
+        let _log = tracing::subscriber::set_default(PanickingLog {
+            panics: AtomicUsize::new(1),
+        });
+        let faulty = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
+        let (rkey, token) = reserved(&faulty, "k").await;
+        let store: Arc<dyn Store> = faulty.clone();
+        let work = async {
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            7
+        };
+        let (done, renewal) = drive(&store, &rkey, &token, LEASE, None, work).await;
+        assert!(matches!(done, Ok(7)));
+        assert_eq!(
+            faulty.calls(Op::Renew),
+            5,
+            "failed at 100 ms, then renewed 4 times"
+        );
+        assert!(matches!(renewal, Renewal::Paused { lost: false, .. }));
     }
 
     /// A registration that ends while its renewal is under way is forgotten when the renewal
