@@ -290,7 +290,6 @@ mod tests {
     use crate::store::faults::{Fault, FaultyStore, Op, Plan};
     use crate::store::{MemoryStore, Reservation};
     use crate::Fingerprint;
-    use std::sync::atomic::AtomicUsize;
 
     /// A memory store whose renewals are counted, faulted as `plan` says.
     fn store(plan: Plan) -> Arc<FaultyStore<MemoryStore>> {
@@ -384,13 +383,10 @@ mod tests {
         assert!(lost.lost() && !kept.lost());
     }
 
-    /// Events that report whether the renewer's lock was held when they were logged.
-    struct LockWitness {
-        renewer: Arc<Mutex<Option<Arc<Renewer>>>>,
-        events: Arc<Mutex<Vec<bool>>>,
-    }
+    /// A log subscriber that runs its closure at each event, and does nothing else.
+    struct OnEvent<F>(F);
 
-    impl tracing::Subscriber for LockWitness {
+    impl<F: Fn() + Send + Sync + 'static> tracing::Subscriber for OnEvent<F> {
         fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
             true
         }
@@ -400,24 +396,38 @@ mod tests {
         fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
         fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
         fn event(&self, _: &tracing::Event<'_>) {
-            if let Some(renewer) = &*self.renewer.lock().unwrap() {
-                let held = renewer.state.try_lock().is_err();
-                self.events.lock().unwrap().push(held);
-            }
+            (self.0)();
         }
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A log sink whose first event panics.
+    fn panicking_log() -> tracing::subscriber::DefaultGuard {
+        let panicked = AtomicBool::new(false);
+        tracing::subscriber::set_default(OnEvent(move || {
+            if !panicked.swap(true, Ordering::Relaxed) {
+                panic!("the log sink failed");
+            }
+        }))
     }
 
     /// A failed renewal is logged outside the renewer's lock, which every keyed call on the
     /// runtime takes: a slow log sink holds up no call.
     #[tokio::test(start_paused = true)]
     async fn a_failed_renewal_is_logged_outside_the_renewers_lock() {
-        let witness = LockWitness {
-            renewer: Arc::default(),
-            events: Arc::default(),
+        // Each event: whether the renewer's lock was held when it was logged.
+        let seen: Arc<Mutex<Option<Arc<Renewer>>>> = Arc::default();
+        let events: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let witness = {
+            let (seen, events) = (seen.clone(), events.clone());
+            OnEvent(move || {
+                if let Some(renewer) = &*seen.lock().unwrap() {
+                    let held = renewer.state.try_lock().is_err();
+                    events.lock().unwrap().push(held);
+                }
+            })
         };
-        let (seen, events) = (witness.renewer.clone(), witness.events.clone());
         let _log = tracing::subscriber::set_default(witness);
         let store = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
         let (rkey, token) = reserved(&store, "k").await;
@@ -431,39 +441,12 @@ mod tests {
         assert!(!registration.lost());
     }
 
-    /// Events that panic, the first `panics` of them.
-    struct PanickingLog {
-        panics: AtomicUsize,
-    }
-
-    impl tracing::Subscriber for PanickingLog {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, _: &tracing::Event<'_>) {
-            let left = self.panics.load(Ordering::Relaxed);
-            if left > 0 {
-                self.panics.store(left - 1, Ordering::Relaxed);
-                panic!("the log sink failed");
-            }
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-
     /// A log sink that panics while a failed renewal is logged fails that renewal alone: the
     /// renewer goes on, retries it soon, and renews this lease and others as before. Left to
     /// unwind, the panic ended the renewer's task, and no lease on the runtime was renewed again.
     #[tokio::test(start_paused = true)]
     async fn a_log_sink_that_panics_fails_one_renewal_not_the_renewer() {
-        let _log = tracing::subscriber::set_default(PanickingLog {
-            panics: AtomicUsize::new(1),
-        });
+        let _log = panicking_log();
         let store = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
         let (rkey, token) = reserved(&store, "k").await;
         let registration = register(store.clone(), rkey, token, LEASE);
@@ -486,9 +469,7 @@ mod tests {
     /// that panics fails one renewal, and neither the work nor its lease ends with it.
     #[tokio::test(start_paused = true)]
     async fn a_log_sink_that_panics_fails_one_renewal_of_the_works_own_task() {
-        let _log = tracing::subscriber::set_default(PanickingLog {
-            panics: AtomicUsize::new(1),
-        });
+        let _log = panicking_log();
         let faulty = store(Plan::script([(Op::Renew, Fault::FailBefore)]));
         let (rkey, token) = reserved(&faulty, "k").await;
         let store: Arc<dyn Store> = faulty.clone();
