@@ -85,11 +85,6 @@ fn period_of(lease: Duration) -> Duration {
     (lease / 3).max(Duration::from_millis(10))
 }
 
-/// How soon a failed renewal is tried again, for a lease renewed every `period`.
-fn retry_of(period: Duration) -> Duration {
-    (period / 8).max(FIRST_RETRY).min(period)
-}
-
 /// Renews `token`'s lease every third of `lease` until a renewal finds it no longer held by the
 /// token; a failed renewal is tried again soon, so a short outage does not let the lease lapse.
 async fn renew_until_lost(
@@ -109,12 +104,15 @@ async fn renew_until_lost(
     }
 }
 
-/// Renews `token`'s lease once, and says when the next renewal is due (see [`next_renewal`]).
+/// Renews `token`'s lease once, and says when the next renewal is due: a period after one that
+/// renewed it (counted for the call), soon after one that failed (logged), none once the lease
+/// is lost (the reservation no longer held by the token).
 ///
-/// A panic while renewing or judging the renewal (a store's, caught by [`renew_once`], or a log
-/// subscriber's or metrics sink's while it is counted or logged) fails this renewal alone, tried
-/// again soon: left to unwind, it would stop the renewals of the work's task, or the renewer's
-/// task and with it every lease on the runtime, and the leases would lapse under running bodies.
+/// A panic fails this renewal alone, and it is tried again soon: the store's is logged as a
+/// failed renewal; one while the renewal is counted or logged (a log subscriber's, a metrics
+/// recorder's) is not. Left to unwind, it would stop the renewals of the work's own task, or the
+/// runtime's renewer task and with it every lease on the runtime: the leases would lapse under
+/// their running bodies.
 async fn renew_judged(
     store: &dyn Store,
     rkey: &RecordKey,
@@ -123,54 +121,32 @@ async fn renew_judged(
     renewals: &Renewals,
 ) -> Option<Duration> {
     let period = period_of(lease);
+    let retry = (period / 8).max(FIRST_RETRY).min(period);
     let judged = async {
-        let renewed = renew_once(store, rkey, token, lease).await;
-        next_renewal(renewed, period, renewals, rkey)
+        let renew = AssertUnwindSafe(store.renew(rkey, token, lease)).catch_unwind();
+        let renewed = observe::store(StoreOp::Renew, renew)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::unavailable(
+                    "the store panicked while renewing the lease",
+                ))
+            });
+        match renewed {
+            Ok(true) => {
+                renewals.renewed();
+                Some(period)
+            }
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
+                Some(retry)
+            }
+        }
     };
     AssertUnwindSafe(judged)
         .catch_unwind()
         .await
-        .unwrap_or(Some(retry_of(period)))
-}
-
-/// Renews `token`'s lease once: true when renewed, false when the reservation is no longer held
-/// by the token. A store that panics while renewing fails this renewal, not the ones after it: a
-/// renewal that stopped would let the lease lapse under a running body.
-async fn renew_once(
-    store: &dyn Store,
-    rkey: &RecordKey,
-    token: &Token,
-    lease: Duration,
-) -> Result<bool, StoreError> {
-    let renew = AssertUnwindSafe(store.renew(rkey, token, lease)).catch_unwind();
-    match observe::store(StoreOp::Renew, renew).await {
-        Ok(renewed) => renewed,
-        Err(_) => Err(StoreError::unavailable(
-            "the store panicked while renewing the lease",
-        )),
-    }
-}
-
-/// How long after a renewal of a lease renewed every `period` the next is due: a period after
-/// one that renewed it (counted for the call), soon after one that failed (logged), none once
-/// the lease is lost.
-fn next_renewal(
-    renewed: Result<bool, StoreError>,
-    period: Duration,
-    renewals: &Renewals,
-    rkey: &RecordKey,
-) -> Option<Duration> {
-    match renewed {
-        Ok(true) => {
-            renewals.renewed();
-            Some(period)
-        }
-        Ok(false) => None,
-        Err(e) => {
-            tracing::warn!(parent: &renewals.span(), key = %log_hash(&rkey.key), error = %e, "could not renew the lease; trying again");
-            Some(retry_of(period))
-        }
-    }
+        .unwrap_or(Some(retry))
 }
 
 /// A write that ends a reservation.
