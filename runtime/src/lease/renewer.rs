@@ -290,6 +290,7 @@ mod tests {
     use crate::store::faults::{Fault, FaultyStore, Op, Plan};
     use crate::store::{MemoryStore, Reservation};
     use crate::Fingerprint;
+    use std::sync::atomic::AtomicUsize;
 
     /// A memory store whose renewals are counted, faulted as `plan` says.
     fn store(plan: Plan) -> Arc<FaultyStore<MemoryStore>> {
@@ -439,6 +440,35 @@ mod tests {
         assert!(!events.is_empty(), "the failure was logged");
         assert!(events.iter().all(|held| !held), "{events:?}");
         assert!(!registration.lost());
+    }
+
+    /// A renewal that fails in any way a store fails (not applied, applied with its reply lost,
+    /// a panic) is logged once and tried again soon, and the lease goes on, renewed every third
+    /// of it after.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_fails_in_any_way_is_logged_and_tried_again() {
+        let events = Arc::new(AtomicUsize::new(0));
+        let _log = tracing::subscriber::set_default(OnEvent({
+            let events = events.clone();
+            move || {
+                events.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        for fault in [Fault::FailBefore, Fault::LoseReply, Fault::Panic] {
+            let store = store(Plan::script([(Op::Renew, fault)]));
+            let (rkey, token) = reserved(&store, "k").await;
+            let before = events.load(Ordering::Relaxed);
+            let registration = register(store.clone(), rkey, token, LEASE);
+            // Fails at 100 ms; tried again at 112.5 ms, then every 100 ms.
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            assert_eq!(store.calls(Op::Renew), 5, "{fault:?}");
+            assert_eq!(
+                events.load(Ordering::Relaxed) - before,
+                1,
+                "{fault:?}: the failure logged once"
+            );
+            assert!(!registration.lost(), "{fault:?}");
+        }
     }
 
     /// A log sink that panics while a failed renewal is logged fails that renewal alone: the
