@@ -98,7 +98,8 @@ const FAILURE_SWEEP: i64 = 64;
 /// queue runs dry waits 50 µs for another write before it ends, yielding its CPU between looks:
 /// a call's outcome write, which follows its reservation's answer by a few microseconds, is then
 /// taken on without waking a thread. That costs up to 50 µs of a CPU, given up to any other
-/// thread that wants it, after each commit that no write follows at once.
+/// thread that wants it, after each commit that no write follows at once
+/// ([`SqliteStore::with_writer_linger`] changes it).
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
 /// [`SqliteStore::with_clock`] says otherwise); the processes that share a file share the machine's
@@ -185,6 +186,30 @@ impl SqliteStore {
     /// ```
     pub fn with_clock(mut self, clock: impl Clock) -> SqliteStore {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How long the writer waits for another write, once its queue runs dry, before it ends
+    /// (50 µs unless set): a write that arrives meanwhile is taken on without waking a thread.
+    /// The writer yields its CPU between looks, and gives the wait up as soon as a write comes.
+    /// `Duration::ZERO` ends the writer as soon as its queue is empty, which spends no CPU on
+    /// waiting (for a process held to a tight CPU quota) and wakes a thread for nearly every
+    /// write.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolkey::store::SqliteStore;
+    ///
+    /// let store = SqliteStore::open_in_memory()
+    ///     .unwrap()
+    ///     .with_writer_linger(Duration::ZERO);
+    /// # drop(store);
+    /// ```
+    pub fn with_writer_linger(mut self, linger: Duration) -> SqliteStore {
+        self.writes = Arc::new(Writes {
+            linger,
+            ..Writes::default()
+        });
         self
     }
 
@@ -1214,17 +1239,18 @@ mod tests {
     #[tokio::test]
     async fn a_lingering_writer_takes_the_next_writes_then_ends() {
         let dir = tempfile_dir();
-        let mut store = SqliteStore::open(dir.join("linger.db")).unwrap();
         let linger = Duration::from_millis(300);
-        store.writes = Arc::new(Writes {
-            linger,
-            ..Writes::default()
-        });
+        let store = SqliteStore::open(dir.join("linger.db"))
+            .unwrap()
+            .with_writer_linger(linger);
+        // Ten first runs (reserve, then complete), each write a pause after the answer before.
+        let pause = Duration::from_millis(5);
         let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         let lease = Duration::from_secs(30);
         let outcome = Outcome::Ok(serde_json::json!(7));
         for n in 0..10 {
             let key = RecordKey::new("acme", format!("k{n}"));
+            tokio::time::sleep(pause).await;
             let Reservation::Reserved { token, .. } = store
                 .reserve(&key, "tool", &fp, &Token::generate(), lease)
                 .await
@@ -1232,6 +1258,7 @@ mod tests {
             else {
                 panic!("{key:?} was taken")
             };
+            tokio::time::sleep(pause).await;
             assert!(store.complete(&key, &token, &outcome, lease).await.unwrap());
         }
         let writes = &store.writes;
@@ -1239,7 +1266,7 @@ mod tests {
         assert_eq!(
             writes.writers.load(Ordering::Relaxed),
             1,
-            "twenty writes in a row, each within the linger of the one before"
+            "twenty writes, each {pause:?} after the one before, within its linger"
         );
         tokio::time::sleep(linger * 2).await;
         assert!(!writes.running.load(Ordering::Acquire), "the writer ended");
