@@ -710,6 +710,50 @@ fn fenced(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result
     Ok(stmt.execute(params).map_err(unavailable)? > 0)
 }
 
+/// The write that reserves `key` for `token`: inserts its row in progress, or takes the place
+/// of a completed record whose retention has ended; otherwise answers the record in the way, read
+/// under the write lock.
+fn reserve_row(
+    key: RecordKey,
+    token: Token,
+    fp: String,
+    tool: String,
+    lease: Duration,
+) -> impl FnOnce(&Connection, i64) -> Result<Reservation, StoreError> + Send + 'static {
+    move |tx: &Connection, now: i64| {
+        let lease_until = now.saturating_add(span_ms(lease));
+        let inserted = fenced(
+            tx,
+            &format!(
+                "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
+                 VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
+                 ON CONFLICT (tenant, key) DO UPDATE SET
+                     state = excluded.state, token = excluded.token, tool = excluded.tool,
+                     fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
+                     lease_until_ms = excluded.lease_until_ms, outcome = NULL,
+                     completed_at_ms = NULL, expires_at_ms = NULL
+                 WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
+            ),
+            params![
+                key.tenant,
+                key.key,
+                token.as_str(),
+                fp,
+                now,
+                lease_until,
+                tool
+            ],
+        )?;
+        if inserted {
+            let failures = failures_at(tx, &key, now)?;
+            return Ok(Reservation::Reserved { token, failures });
+        }
+        let stored = read_row(tx, &key)?
+            .ok_or_else(|| StoreError::Unavailable("sqlite: a conflicting row vanished".into()))?;
+        Ok(Reservation::Existing(stored.to_record(&key, now)?))
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn reserve(
@@ -727,45 +771,17 @@ impl Store for SqliteStore {
             Inline::Free => false,
             Inline::Unread => true,
         };
-        let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
-        let tool = tool.to_owned();
-        let reread = key.clone();
-        let write = move |tx: &Connection, now: i64| {
-            let lease_until = now.saturating_add(span_ms(lease));
-            let inserted = fenced(
-                tx,
-                &format!(
-                    "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
-                     VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
-                     ON CONFLICT (tenant, key) DO UPDATE SET
-                         state = excluded.state, token = excluded.token, tool = excluded.tool,
-                         fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
-                         lease_until_ms = excluded.lease_until_ms, outcome = NULL,
-                         completed_at_ms = NULL, expires_at_ms = NULL
-                     WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
-                ),
-                params![
-                    key.tenant,
-                    key.key,
-                    token.as_str(),
-                    fp,
-                    now,
-                    lease_until,
-                    tool
-                ],
-            )?;
-            if inserted {
-                let failures = failures_at(tx, &key, now)?;
-                return Ok(Reservation::Reserved { token, failures });
-            }
-            let stored = read_row(tx, &key)?.ok_or_else(|| {
-                StoreError::Unavailable("sqlite: a conflicting row vanished".into())
-            })?;
-            Ok(Reservation::Existing(stored.to_record(&key, now)?))
-        };
+        let write = reserve_row(
+            key.clone(),
+            token.clone(),
+            fingerprint.to_hex(),
+            tool.to_owned(),
+            lease,
+        );
         if !read_first {
             return self.write(write).await;
         }
+        let key = key.clone();
         let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
         let reader = self.reader.clone();
         let answer = tokio::task::spawn_blocking(move || {
@@ -773,10 +789,10 @@ impl Store for SqliteStore {
             // is answered from a plain read (WAL readers never wait for the write lock). Only a
             // free or expired key takes the write lock, and is read again under it: of two
             // processes reserving one key, the second reads the first's committed row.
-            if let Some(stored) = read_row(&lock(&reader), &reread)? {
+            if let Some(stored) = read_row(&lock(&reader), &key)? {
                 let now = to_millis(clock.now());
                 if !stored.expired(now) {
-                    return Ok(Err(Reservation::Existing(stored.to_record(&reread, now)?)));
+                    return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
                 }
             }
             // The write joins the queue; this thread, already on the blocking pool, runs the
