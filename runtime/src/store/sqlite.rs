@@ -1109,6 +1109,22 @@ mod tests {
         rows.map(Result::unwrap).collect()
     }
 
+    /// The token under which `key`, which must be free, is reserved.
+    async fn reserved(
+        store: &SqliteStore,
+        key: &RecordKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> Token {
+        match store
+            .reserve(key, "tool", fp, &Token::generate(), lease)
+            .await
+        {
+            Ok(Reservation::Reserved { token, .. }) => token,
+            other => panic!("{key:?} was not free: {other:?}"),
+        }
+    }
+
     /// A replay is read on the caller's thread when the inline connection is free, and by the
     /// blocking pool when it is not, or when the database is locked so that the read would
     /// wait: the answer is the same record each way, and a write another connection holds the
@@ -1126,13 +1142,7 @@ mod tests {
             Fingerprint::of(&serde_json::json!(1)).unwrap(),
         );
         let lease = Duration::from_secs(30);
-        let Reservation::Reserved { token, .. } = store
-            .reserve(&key, "tool", &fp, &Token::generate(), lease)
-            .await
-            .unwrap()
-        else {
-            panic!("a fresh key was taken")
-        };
+        let token = reserved(&store, &key, &fp, lease).await;
         let outcome = Outcome::Ok(serde_json::json!({"n": 1}));
         let retain = Duration::from_secs(60);
         assert!(store
@@ -1267,13 +1277,7 @@ mod tests {
         for n in 0..10 {
             let key = RecordKey::new("acme", format!("k{n}"));
             tokio::time::sleep(pause).await;
-            let Reservation::Reserved { token, .. } = store
-                .reserve(&key, "tool", &fp, &Token::generate(), lease)
-                .await
-                .unwrap()
-            else {
-                panic!("{key:?} was taken")
-            };
+            let token = reserved(&store, &key, &fp, lease).await;
             tokio::time::sleep(pause).await;
             assert!(store.complete(&key, &token, &outcome, lease).await.unwrap());
         }
