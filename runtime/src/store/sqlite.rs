@@ -710,50 +710,6 @@ fn fenced(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result
     Ok(stmt.execute(params).map_err(unavailable)? > 0)
 }
 
-/// The write that reserves `key` for `token`: inserts its row in progress, or takes the place
-/// of a completed record whose retention has ended; otherwise answers the record in the way, read
-/// under the write lock.
-fn reserve_row(
-    key: RecordKey,
-    token: Token,
-    fp: String,
-    tool: String,
-    lease: Duration,
-) -> impl FnOnce(&Connection, i64) -> Result<Reservation, StoreError> + Send + 'static {
-    move |tx: &Connection, now: i64| {
-        let lease_until = now.saturating_add(span_ms(lease));
-        let inserted = fenced(
-            tx,
-            &format!(
-                "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
-                 VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
-                 ON CONFLICT (tenant, key) DO UPDATE SET
-                     state = excluded.state, token = excluded.token, tool = excluded.tool,
-                     fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
-                     lease_until_ms = excluded.lease_until_ms, outcome = NULL,
-                     completed_at_ms = NULL, expires_at_ms = NULL
-                 WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
-            ),
-            params![
-                key.tenant,
-                key.key,
-                token.as_str(),
-                fp,
-                now,
-                lease_until,
-                tool
-            ],
-        )?;
-        if inserted {
-            let failures = failures_at(tx, &key, now)?;
-            return Ok(Reservation::Reserved { token, failures });
-        }
-        let stored = read_row(tx, &key)?
-            .ok_or_else(|| StoreError::Unavailable("sqlite: a conflicting row vanished".into()))?;
-        Ok(Reservation::Existing(stored.to_record(&key, now)?))
-    }
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn reserve(
@@ -764,51 +720,64 @@ impl Store for SqliteStore {
         token: &Token,
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
-        // A free key read on this thread is not read again on the pool: it goes straight to the
-        // writer's queue, and the write reads again under the lock anyway.
+        // A replay, IN_PROGRESS or CONFLICT answer writes nothing: a live record in the way is
+        // answered from a plain read (WAL readers never wait for the write lock), on this thread
+        // when the inline connection is free, on the pool otherwise. Only a free or expired key
+        // goes to the writer's queue, and is read again under the lock: of two processes
+        // reserving one key, the second reads the first's committed row.
         let read_first = match self.read_inline(key) {
             Inline::Live(existing) => return existing.map(Reservation::Existing),
             Inline::Free => false,
             Inline::Unread => true,
         };
-        let write = reserve_row(
-            key.clone(),
-            token.clone(),
-            fingerprint.to_hex(),
-            tool.to_owned(),
-            lease,
-        );
-        if !read_first {
-            return self.write(write).await;
+        if read_first {
+            let key = key.clone();
+            let live = self
+                .read(move |conn, now| match read_row(conn, &key)? {
+                    Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
+                    _ => Ok(None),
+                })
+                .await?;
+            if let Some(existing) = live {
+                return Ok(Reservation::Existing(existing));
+            }
         }
-        let key = key.clone();
-        let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
-        let reader = self.reader.clone();
-        let answer = tokio::task::spawn_blocking(move || {
-            // A replay, IN_PROGRESS or CONFLICT answer writes nothing: a live record in the way
-            // is answered from a plain read (WAL readers never wait for the write lock). Only a
-            // free or expired key takes the write lock, and is read again under it: of two
-            // processes reserving one key, the second reads the first's committed row.
-            if let Some(stored) = read_row(&lock(&reader), &key)? {
-                let now = to_millis(clock.now());
-                if !stored.expired(now) {
-                    return Ok(Err(Reservation::Existing(stored.to_record(&key, now)?)));
-                }
+        let (key, fp, token) = (key.clone(), fingerprint.to_hex(), token.clone());
+        let tool = tool.to_owned();
+        self.write(move |tx: &Connection, now: i64| {
+            let lease_until = now.saturating_add(span_ms(lease));
+            let inserted = fenced(
+                tx,
+                &format!(
+                    "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
+                     VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
+                     ON CONFLICT (tenant, key) DO UPDATE SET
+                         state = excluded.state, token = excluded.token, tool = excluded.tool,
+                         fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
+                         lease_until_ms = excluded.lease_until_ms, outcome = NULL,
+                         completed_at_ms = NULL, expires_at_ms = NULL
+                     WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
+                ),
+                params![
+                    key.tenant,
+                    key.key,
+                    token.as_str(),
+                    fp,
+                    now,
+                    lease_until,
+                    tool
+                ],
+            )?;
+            if inserted {
+                let failures = failures_at(tx, &key, now)?;
+                return Ok(Reservation::Reserved { token, failures });
             }
-            // The write joins the queue; this thread, already on the blocking pool, runs the
-            // writer if none is running.
-            let (job, answer) = Job::queued(write);
-            if writes.submit(job) {
-                writes.combine(&conn, &*clock);
-            }
-            Ok(Ok(answer))
+            let stored = read_row(tx, &key)?.ok_or_else(|| {
+                StoreError::Unavailable("sqlite: a conflicting row vanished".into())
+            })?;
+            Ok(Reservation::Existing(stored.to_record(&key, now)?))
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))??;
-        match answer {
-            Err(existing) => Ok(existing),
-            Ok(answer) => answer.await.unwrap_or_else(|_| Err(writer_stopped())),
-        }
     }
 
     async fn complete(
@@ -1180,7 +1149,7 @@ mod tests {
             .unwrap();
         assert_eq!(replayed(reserve().await.unwrap()), outcome);
         other.execute_batch("ROLLBACK").unwrap();
-        // An absent key is not read inline as anything: the pool's path reserves it.
+        // An absent key is not read inline as anything: it goes to the writer's queue.
         let fresh = RecordKey::new("acme", "fresh");
         assert!(matches!(store.read_inline(&fresh), Inline::Free));
         assert!(matches!(
@@ -1296,6 +1265,35 @@ mod tests {
             .unwrap();
         assert_eq!(writes.writers.load(Ordering::Relaxed), 2);
         assert_eq!(writes.commits.load(Ordering::Relaxed), 21);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A reserve read on the pool (the inline connection busy) is answered once its own write
+    /// commits, not once the writer ends: a writer goes on while writes keep coming, and lingers
+    /// after the last.
+    #[tokio::test]
+    // The held guard stands for another caller using the inline connection meanwhile.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_reserve_read_on_the_pool_is_answered_when_its_write_commits() {
+        let dir = tempfile_dir();
+        let linger = Duration::from_millis(1500);
+        let store = SqliteStore::open(dir.join("answered.db"))
+            .unwrap()
+            .with_writer_linger(linger);
+        let key = RecordKey::new("acme", "k");
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
+        let held = store.inline.lock().unwrap();
+        assert!(matches!(store.read_inline(&key), Inline::Unread));
+        let answer = tokio::time::timeout(
+            linger / 3,
+            store.reserve(&key, "tool", &fp, &Token::generate(), linger),
+        )
+        .await
+        .expect("the reserve waited for its writer to end");
+        assert!(matches!(answer, Ok(Reservation::Reserved { .. })));
+        drop(held);
+        assert_eq!(store.writes.commits.load(Ordering::Relaxed), 1);
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
