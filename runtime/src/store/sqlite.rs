@@ -401,6 +401,9 @@ impl Writes {
     /// Waits up to the linger for a write to be queued, yielding between looks; true when one
     /// was.
     fn linger(&self) -> bool {
+        if self.linger.is_zero() {
+            return false;
+        }
         let until = Instant::now() + self.linger;
         loop {
             std::thread::yield_now();
