@@ -194,7 +194,7 @@ impl SqliteStore {
     /// The writer yields its CPU between looks, and gives the wait up as soon as a write comes.
     /// `Duration::ZERO` ends the writer as soon as its queue is empty, which spends no CPU on
     /// waiting (for a process held to a tight CPU quota) and wakes a thread for nearly every
-    /// write.
+    /// write. A wait longer than one second is taken as one second.
     ///
     /// ```
     /// use std::time::Duration;
@@ -207,7 +207,7 @@ impl SqliteStore {
     /// ```
     pub fn with_writer_linger(mut self, linger: Duration) -> SqliteStore {
         self.writes = Arc::new(Writes {
-            linger,
+            linger: linger.min(MAX_LINGER),
             ..Writes::default()
         });
         self
@@ -356,6 +356,10 @@ const MAX_BATCH: usize = 256;
 /// pool: a call's outcome write usually follows its reservation's answer by a few microseconds,
 /// less than the wake costs. The writer yields its CPU between looks.
 const LINGER: Duration = Duration::from_micros(50);
+
+/// The longest a writer lingers, whatever it is told: past a few microseconds a longer wait
+/// gains nothing, and a wait too long to add to the time would end the writer.
+const MAX_LINGER: Duration = Duration::from_secs(1);
 
 impl Writes {
     /// Queues `job`; true when the caller must start a writer (none is running).
@@ -1297,6 +1301,28 @@ mod tests {
         assert!(matches!(answer, Ok(Reservation::Reserved { .. })));
         drop(held);
         assert_eq!(store.writes.commits.load(Ordering::Relaxed), 1);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A linger too long to add to the time (`Duration::MAX`) is taken as the longest the store
+    /// allows: the writer answers each write, and the next write is answered too.
+    #[tokio::test]
+    async fn a_linger_too_long_to_add_to_the_time_is_cut_to_the_longest() {
+        let dir = tempfile_dir();
+        let store = SqliteStore::open(dir.join("long.db"))
+            .unwrap()
+            .with_writer_linger(Duration::MAX);
+        assert_eq!(store.writes.linger, MAX_LINGER);
+        for key in ["a", "b"] {
+            let wrote = tokio::time::timeout(
+                Duration::from_secs(5),
+                store.write(move |tx, now| insert(tx, key, now)),
+            )
+            .await;
+            assert!(matches!(wrote, Ok(Ok(()))), "{key}: {wrote:?}");
+        }
+        assert_eq!(keys(&store), ["a", "b"]);
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
