@@ -398,7 +398,13 @@ impl Writes {
                 }
                 return;
             }
-            commit_batch(&mut lock(conn), clock, batch, &self.commits);
+            // A panic inside the commit (a clock that panics) fails this batch alone: its writes
+            // are dropped unanswered, which answers each that nothing was applied, and the open
+            // transaction is rolled back when the connection is next taken. The writer goes on;
+            // ended by the panic, it would leave `running` set, and no write would start another.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                commit_batch(&mut lock(conn), clock, batch, &self.commits)
+            }));
         }
     }
 
@@ -1323,6 +1329,42 @@ mod tests {
             assert!(matches!(wrote, Ok(Ok(()))), "{key}: {wrote:?}");
         }
         assert_eq!(keys(&store), ["a", "b"]);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A clock that panics once, as a commit reads it, fails that commit's write alone: nothing
+    /// of it is kept, and the writer goes on, so the next write is answered and kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_inside_a_commit_fails_its_writes_and_not_the_writer() {
+        /// The system clock, which panics once when told to.
+        struct PanicOnce(AtomicBool);
+        impl Clock for PanicOnce {
+            fn now(&self) -> SystemTime {
+                if self.0.swap(false, Ordering::AcqRel) {
+                    panic!("a clock that panics");
+                }
+                SystemTime::now()
+            }
+        }
+        let dir = tempfile_dir();
+        let clock = Arc::new(PanicOnce(AtomicBool::new(false)));
+        let store = SqliteStore::open(dir.join("panic.db"))
+            .unwrap()
+            .with_clock(clock.clone());
+        clock.0.store(true, Ordering::Release);
+        let failed = store.write(|tx, now| insert(tx, "lost", now)).await;
+        assert!(
+            matches!(&failed, Err(StoreError::Unavailable(_))),
+            "{failed:?}"
+        );
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(5),
+            store.write(|tx, now| insert(tx, "kept", now)),
+        )
+        .await;
+        assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
+        assert_eq!(keys(&store), ["kept"]);
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
