@@ -399,12 +399,17 @@ impl Writes {
                 return;
             }
             // A panic inside the commit (a clock that panics) fails this batch alone: its writes
-            // are dropped unanswered, which answers each that nothing was applied, and the open
-            // transaction is rolled back when the connection is next taken. The writer goes on;
-            // ended by the panic, it would leave `running` set, and no write would start another.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // are dropped unanswered, which answers each that nothing was applied. The writer
+            // goes on; ended by the panic, it would leave `running` set, and no write would start
+            // another.
+            let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 commit_batch(&mut lock(conn), clock, batch, &self.commits)
             }));
+            if committed.is_err() {
+                // Taking the connection rolls the transaction back now: left open, it would hold
+                // the file's write lock against every other process until the next write.
+                drop(lock(conn));
+            }
         }
     }
 
@@ -1358,6 +1363,16 @@ mod tests {
             matches!(&failed, Err(StoreError::Unavailable(_))),
             "{failed:?}"
         );
+        // Another process can take the write lock: the failed commit's transaction was rolled
+        // back, not left open until the next write.
+        let other = Connection::open(dir.join("panic.db")).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while other.execute_batch("BEGIN IMMEDIATE").is_err() {
+            assert!(Instant::now() < deadline, "the write lock is still held");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        other.execute_batch("ROLLBACK").unwrap();
         let wrote = tokio::time::timeout(
             Duration::from_secs(5),
             store.write(|tx, now| insert(tx, "kept", now)),
