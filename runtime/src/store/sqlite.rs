@@ -1295,7 +1295,7 @@ mod tests {
     #[allow(clippy::await_holding_lock)]
     async fn a_reserve_read_on_the_pool_is_answered_when_its_write_commits() {
         let dir = tempfile_dir();
-        let linger = Duration::from_millis(1500);
+        let linger = Duration::from_millis(900);
         let store = SqliteStore::open(dir.join("answered.db"))
             .unwrap()
             .with_writer_linger(linger);
