@@ -255,9 +255,12 @@ impl SqliteStore {
     {
         let (job, answer) = Job::queued(f);
         if self.writes.submit(job) {
-            let (conn, writes, clock) =
-                (self.conn.clone(), self.writes.clone(), self.clock.clone());
-            tokio::task::spawn_blocking(move || writes.combine(&conn, &*clock));
+            let writer = Writer(Some(WriterParts {
+                conn: self.conn.clone(),
+                writes: self.writes.clone(),
+                clock: self.clock.clone(),
+            }));
+            tokio::task::spawn_blocking(move || writer.run());
         }
         answer.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
@@ -433,6 +436,53 @@ impl Writes {
             if Instant::now() >= until {
                 return false;
             }
+        }
+    }
+}
+
+/// A writer handed to the blocking pool. A runtime shutting down drops the tasks handed to its
+/// pool that have not started, and those handed to it since: a writer dropped so runs on a
+/// thread of its own instead. Left unstarted, it would leave `running` set, and no later write,
+/// from this runtime or another sharing the store, would start a writer: each would wait
+/// forever.
+struct Writer(Option<WriterParts>);
+
+/// What a writer runs with.
+#[derive(Clone)]
+struct WriterParts {
+    conn: Arc<Mutex<Connection>>,
+    writes: Arc<Writes>,
+    clock: Arc<dyn Clock>,
+}
+
+impl WriterParts {
+    fn run(&self) {
+        self.writes.combine(&self.conn, &*self.clock);
+    }
+}
+
+impl Writer {
+    fn run(mut self) {
+        if let Some(parts) = self.0.take() {
+            parts.run();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let Some(parts) = self.0.take() else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("toolkey-sqlite-writer".into())
+            .spawn({
+                let parts = parts.clone();
+                move || parts.run()
+            });
+        if spawned.is_err() {
+            // No thread to be had: the writes still run, on this one.
+            parts.run();
         }
     }
 }
@@ -1312,6 +1362,41 @@ mod tests {
         assert!(matches!(answer, Ok(Reservation::Reserved { .. })));
         drop(held);
         assert_eq!(store.writes.commits.load(Ordering::Relaxed), 1);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A writer the blocking pool drops unstarted (its runtime shutting down) still runs: the
+    /// write that started it is kept, and a write from another runtime sharing the store is
+    /// answered, not left waiting for a writer that never comes.
+    #[test]
+    fn a_writer_its_runtime_drops_unstarted_still_runs() {
+        let dir = tempfile_dir();
+        let store = SqliteStore::open(dir.join("dropped.db")).unwrap();
+        let ending = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = ending.handle().clone();
+        ending.shutdown_background();
+        // A write polled once on the runtime that is shutting down: it joins the queue, and the
+        // pool drops the writer handed to it.
+        {
+            let first = std::pin::pin!(store.write(|tx, now| insert(tx, "first", now)));
+            let _entered = handle.enter();
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(std::future::Future::poll(first, &mut cx).is_pending());
+        }
+        let other = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let wrote = other.block_on(async {
+            let second = store.write(|tx, now| insert(tx, "second", now));
+            tokio::time::timeout(Duration::from_secs(5), second).await
+        });
+        assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
+        assert_eq!(keys(&store), ["first", "second"]);
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
