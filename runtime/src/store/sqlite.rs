@@ -42,6 +42,15 @@ CREATE TABLE toolkey_records (
 CREATE INDEX toolkey_records_expiry ON toolkey_records (expires_at_ms) WHERE state = 'completed';
 ";
 
+/// A statement's text, formatted from the module's constants once per process rather than on
+/// every call: its cached statement is found by the text.
+macro_rules! sql {
+    ($($text:tt)*) => {{
+        static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!($($text)*));
+        TEXT.as_str()
+    }};
+}
+
 const COLUMNS: &str = "state, token, fingerprint, since_ms, lease_until_ms, outcome, \
                        completed_at_ms, expires_at_ms, tool";
 
@@ -704,7 +713,7 @@ fn failures_at(conn: &Connection, key: &RecordKey, now: i64) -> Result<u64, Stor
 /// Reads the record of `key`, if there is one.
 fn read_row(conn: &Connection, key: &RecordKey) -> Result<Option<StoredRecord>, StoreError> {
     let mut stmt = conn
-        .prepare_cached(&format!(
+        .prepare_cached(sql!(
             "SELECT {COLUMNS} FROM toolkey_records WHERE tenant = ?1 AND key = ?2"
         ))
         .map_err(unavailable)?;
@@ -816,7 +825,7 @@ impl Store for SqliteStore {
             let lease_until = now.saturating_add(span_ms(lease));
             let inserted = fenced(
                 tx,
-                &format!(
+                sql!(
                     "INSERT INTO toolkey_records ({COLUMNS}, tenant, key)
                      VALUES ('{IN_PROGRESS}', ?3, ?4, ?5, ?6, NULL, NULL, NULL, ?7, ?1, ?2)
                      ON CONFLICT (tenant, key) DO UPDATE SET
@@ -860,7 +869,7 @@ impl Store for SqliteStore {
             let expires_at = now.saturating_add(span_ms(retain));
             fenced(
                 tx,
-                &format!(
+                sql!(
                     "UPDATE toolkey_records
                      SET state = '{COMPLETED}', outcome = ?4, completed_at_ms = ?5, expires_at_ms = ?6
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
@@ -876,7 +885,7 @@ impl Store for SqliteStore {
         self.write(move |tx, _| {
             fenced(
                 tx,
-                &format!(
+                sql!(
                     "DELETE FROM toolkey_records
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
                 ),
@@ -896,7 +905,7 @@ impl Store for SqliteStore {
         self.write(move |tx, now| {
             fenced(
                 tx,
-                &format!(
+                sql!(
                     "UPDATE toolkey_records SET lease_until_ms = ?4
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
                 ),
@@ -916,7 +925,7 @@ impl Store for SqliteStore {
         self.write(move |tx, _| {
             fenced(
                 tx,
-                &format!(
+                sql!(
                     "UPDATE toolkey_records SET state = '{UNKNOWN}'
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
                 ),
@@ -937,7 +946,7 @@ impl Store for SqliteStore {
             let token = Token::generate();
             let won = fenced(
                 tx,
-                &format!(
+                sql!(
                     "UPDATE toolkey_records
                      SET state = '{IN_PROGRESS}', token = ?4, since_ms = ?5, lease_until_ms = ?6
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3
@@ -975,7 +984,7 @@ impl Store for SqliteStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(move |tx, now| {
             let mut stmt = tx
-                .prepare_cached(&format!(
+                .prepare_cached(sql!(
                     "DELETE FROM toolkey_records WHERE (tenant, key) IN (
                          SELECT tenant, key FROM toolkey_records
                          WHERE state = '{COMPLETED}' AND expires_at_ms <= ?1 LIMIT ?2)"
@@ -1046,7 +1055,7 @@ impl Store for SqliteStore {
         self.write(move |tx, now| match resolution {
             Resolution::Done { outcome, retain } => fenced(
                 tx,
-                &format!(
+                sql!(
                     "UPDATE toolkey_records SET state = '{COMPLETED}', outcome = ?5,
                          completed_at_ms = ?4, expires_at_ms = ?6
                      WHERE {RESOLVABLE}"
@@ -1062,7 +1071,7 @@ impl Store for SqliteStore {
             ),
             Resolution::NotDone => fenced(
                 tx,
-                &format!("DELETE FROM toolkey_records WHERE {RESOLVABLE}"),
+                sql!("DELETE FROM toolkey_records WHERE {RESOLVABLE}"),
                 params![key.tenant, key.key, seen.as_str(), now],
             ),
         })
