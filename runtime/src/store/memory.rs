@@ -112,8 +112,9 @@ struct Records {
     /// foldhash with a seed of this table's own (hashbrown's default): a key is hashed on each
     /// reserve, completion and replay, and SipHash, the standard library's, took 341
     /// instructions for the call bench's key where foldhash takes 64. Keys hold text from the
-    /// model's arguments; without the seed, which nothing here reveals, no one can choose keys
-    /// that collide.
+    /// model's arguments: foldhash is not a cryptographic hash, and resists a flood of keys
+    /// chosen to collide only while its seed, random per table and shown by nothing here, stays
+    /// unknown.
     hasher: hashbrown::DefaultHashBuilder,
     /// Each tool's name once, shared by its records.
     tools: HashSet<Arc<str>>,
