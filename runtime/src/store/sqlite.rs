@@ -264,11 +264,12 @@ impl SqliteStore {
     {
         let (job, answer) = Job::queued(f);
         if self.writes.submit(job) {
-            let writer = Writer(Some(WriterParts {
+            let writer = Writer {
                 conn: self.conn.clone(),
                 writes: self.writes.clone(),
                 clock: self.clock.clone(),
-            }));
+                done: false,
+            };
             tokio::task::spawn_blocking(move || writer.run());
         }
         answer.await.unwrap_or_else(|_| Err(writer_stopped()))
@@ -450,48 +451,38 @@ impl Writes {
 }
 
 /// A writer handed to the blocking pool. A runtime shutting down drops the tasks handed to its
-/// pool that have not started, and those handed to it since: a writer dropped so runs on a
-/// thread of its own instead. Left unstarted, it would leave `running` set, and no later write,
-/// from this runtime or another sharing the store, would start a writer: each would wait
-/// forever.
-struct Writer(Option<WriterParts>);
-
-/// What a writer runs with.
-#[derive(Clone)]
-struct WriterParts {
+/// pool that have not started, and those handed to it since: a writer dropped before its run
+/// returned (never started, or unwound) is run on, on a thread of its own. Left so, it would
+/// leave `running` set, and no later write, from this runtime or another sharing the store,
+/// would start a writer: each would wait forever.
+struct Writer {
     conn: Arc<Mutex<Connection>>,
     writes: Arc<Writes>,
     clock: Arc<dyn Clock>,
-}
-
-impl WriterParts {
-    fn run(&self) {
-        self.writes.combine(&self.conn, &*self.clock);
-    }
+    /// Set once the run has returned, or been handed on.
+    done: bool,
 }
 
 impl Writer {
     fn run(mut self) {
-        if let Some(parts) = self.0.take() {
-            parts.run();
-        }
+        self.writes.combine(&self.conn, &*self.clock);
+        self.done = true;
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let Some(parts) = self.0.take() else {
+        if self.done {
             return;
-        };
+        }
+        self.done = true;
+        let (conn, writes, clock) = (self.conn.clone(), self.writes.clone(), self.clock.clone());
         let spawned = std::thread::Builder::new()
             .name("toolkey-sqlite-writer".into())
-            .spawn({
-                let parts = parts.clone();
-                move || parts.run()
-            });
+            .spawn(move || writes.combine(&conn, &*clock));
         if spawned.is_err() {
             // No thread to be had: the writes still run, on this one.
-            parts.run();
+            self.writes.combine(&self.conn, &*self.clock);
         }
     }
 }
@@ -1391,10 +1382,9 @@ mod tests {
         // A write polled once on the runtime that is shutting down: it joins the queue, and the
         // pool drops the writer handed to it.
         {
-            let first = std::pin::pin!(store.write(|tx, now| insert(tx, "first", now)));
             let _entered = handle.enter();
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(std::future::Future::poll(first, &mut cx).is_pending());
+            let first = store.write(|tx, now| insert(tx, "first", now));
+            assert!(futures_util::FutureExt::now_or_never(first).is_none());
         }
         let other = tokio::runtime::Builder::new_current_thread()
             .enable_all()
