@@ -19,9 +19,9 @@ use crate::lease::{
 };
 use crate::observe::{self, Happened, StoreOp};
 use crate::once::OnceScope;
-use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::texts;
-use crate::tool::{Call, Invocation};
+use crate::tool::{Call, Invocation, Recover};
 use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
 
 /// Runs a keyed call to its end. `tool` is the tool's name as the toolbox
@@ -124,81 +124,29 @@ pub(super) async fn run(
                     tracing::warn!(tool = %def.name, key = %log_key, "stale reservation and no recover hook: outcome unknown");
                     return Err(texts::outcome_unknown(def.named(), since, reported));
                 };
-                // Checked before taking the record over, which leaves it as it is when refused.
-                let failures = match limit {
-                    Some(limit) => {
-                        let failures = observe::store(StoreOp::Failures, store.failures(&rkey))
-                            .await
-                            .map_err(StoreError::refusal)?;
-                        if failures >= limit.failures {
-                            exec.stats.retry_limited.inc();
-                            tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
-                            return Err(limit.reached(&def.name, failures, None));
-                        }
-                        Some(failures)
-                    }
-                    None => None,
-                };
-                let take_over = store.take_over(&rkey, &token, settings.lease);
-                let Some(token) = observe::store(StoreOp::TakeOver, take_over)
-                    .await
-                    .map_err(StoreError::refusal)?
-                else {
-                    // Another caller took it over first; ask again what the record says now.
-                    recover_hook = Some(recover);
-                    continue;
-                };
-                tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
-                exec.stats.recovered.inc();
-                prior = failures;
-                let (looked, renewal) = drive(
-                    &store,
-                    &rkey,
-                    &token,
-                    settings.lease,
-                    None,
-                    recover(invocation()),
-                )
-                .await;
-                let holder = Holder {
-                    store: &store,
-                    recorder: &recorder,
+                // Boxed: a path this rare would otherwise more than double the size of every
+                // call's state, which each call allocates and moves.
+                let stale = Stale {
+                    exec: &exec,
+                    def,
                     rkey: &rkey,
-                    token: &token,
-                    what,
+                    log_key: &log_key,
+                    scope: &scope,
+                    ctx: &ctx,
                 };
-                match looked {
-                    Ok(Ok(Some(found))) => {
-                        let found =
-                            record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal)
-                                .await;
-                        if found.is_ok() {
-                            clear_failures(&store, &rkey, prior, def).await;
-                        }
-                        return found.map(|value| ToolOutput {
-                            value,
-                            replayed: true,
-                        });
+                match Box::pin(stale.take_over(token, recover, limit)).await {
+                    TakeOver::Answered(answer) => return answer,
+                    TakeOver::Beaten(recover) => {
+                        recover_hook = Some(recover);
+                        continue;
                     }
-                    // Not found: safe to act, under the token just taken over; steps an earlier
-                    // attempt left unknown may run again, since none of their effects exists.
-                    Ok(Ok(None)) => {
-                        scope.recovered_not_found();
+                    TakeOver::Run {
+                        token,
+                        renewal,
+                        failures,
+                    } => {
+                        prior = failures;
                         break (token, Some(renewal));
-                    }
-                    Ok(Err(err)) => {
-                        // The lookup failed: the outcome is as unknown as before. Never release
-                        // here, or the next call would act without looking.
-                        let reached = match limit.filter(|_| counts_as_failure(&err)) {
-                            Some(limit) => count_failure(&store, &rkey, limit, def).await,
-                            None => None,
-                        };
-                        holder.write(Write::MarkUnknown, Some(renewal)).await;
-                        return Err(stop_if_reached(&exec, def, limit, reached, err));
-                    }
-                    Err(panic) => {
-                        holder.write(Write::MarkUnknown, Some(renewal)).await;
-                        return Err(panicked(what, "recover hook", panic));
                     }
                 }
             }
@@ -284,6 +232,133 @@ pub(super) async fn run(
         value,
         replayed: false,
     })
+}
+
+/// How taking over a stale reservation ended.
+enum TakeOver {
+    /// The call is answered: the recover hook found its outcome, or could not look.
+    Answered(Result<ToolOutput, ToolError>),
+    /// Another caller took the reservation over first: the hook is handed back, and the key's
+    /// record read again.
+    Beaten(Recover),
+    /// The hook found no effect: the body runs under `token`, its lease renewed by `renewal`;
+    /// `failures` were counted before (with a retry limit).
+    Run {
+        token: Token,
+        renewal: Renewal,
+        failures: Option<u64>,
+    },
+}
+
+/// A keyed call that met a stale reservation of its key, with a recover hook to ask.
+struct Stale<'a> {
+    exec: &'a Arc<Executor>,
+    def: &'a ToolDefinition,
+    rkey: &'a RecordKey,
+    log_key: &'a crate::key::LogHash<'a>,
+    scope: &'a Arc<OnceScope>,
+    ctx: &'a ToolContext,
+}
+
+impl Stale<'_> {
+    /// Takes over the reservation held by `stale` and asks `recover` whether the earlier call
+    /// acted: its finding is recorded as the outcome; nothing found, the body runs.
+    async fn take_over(self, stale: Token, recover: Recover, limit: Option<Limit>) -> TakeOver {
+        let Stale {
+            exec,
+            def,
+            rkey,
+            log_key,
+            scope,
+            ctx,
+        } = self;
+        let (store, recorder) = (&exec.store, &exec.recorder);
+        let settings = &def.settings;
+        let what = What::Tool(&def.name);
+        // Checked before taking the record over, which leaves it as it is when refused.
+        let failures = match limit {
+            Some(limit) => {
+                let failures = match observe::store(StoreOp::Failures, store.failures(rkey)).await {
+                    Ok(failures) => failures,
+                    Err(e) => return TakeOver::Answered(Err(e.refusal())),
+                };
+                if failures >= limit.failures {
+                    exec.stats.retry_limited.inc();
+                    tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
+                    return TakeOver::Answered(Err(limit.reached(&def.name, failures, None)));
+                }
+                Some(failures)
+            }
+            None => None,
+        };
+        let take_over = store.take_over(rkey, &stale, settings.lease);
+        let token = match observe::store(StoreOp::TakeOver, take_over).await {
+            Ok(Some(token)) => token,
+            // Another caller took it over first.
+            Ok(None) => return TakeOver::Beaten(recover),
+            Err(e) => return TakeOver::Answered(Err(e.refusal())),
+        };
+        tracing::info!(tool = %def.name, key = %log_key, "took over a stale reservation; asking the recover hook");
+        exec.stats.recovered.inc();
+        let invocation = Invocation {
+            ctx: ctx.clone().with_call(scope.clone()),
+            state: exec.state.clone(),
+        };
+        let (looked, renewal) = drive(
+            store,
+            rkey,
+            &token,
+            settings.lease,
+            None,
+            recover(invocation),
+        )
+        .await;
+        let holder = Holder {
+            store,
+            recorder,
+            rkey,
+            token: &token,
+            what,
+        };
+        let answer = match looked {
+            Ok(Ok(Some(found))) => {
+                let found =
+                    record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal).await;
+                if found.is_ok() {
+                    clear_failures(store, rkey, failures, def).await;
+                }
+                found.map(|value| ToolOutput {
+                    value,
+                    replayed: true,
+                })
+            }
+            // Not found: safe to act, under the token just taken over; steps an earlier
+            // attempt left unknown may run again, since none of their effects exists.
+            Ok(Ok(None)) => {
+                scope.recovered_not_found();
+                return TakeOver::Run {
+                    token,
+                    renewal,
+                    failures,
+                };
+            }
+            Ok(Err(err)) => {
+                // The lookup failed: the outcome is as unknown as before. Never release
+                // here, or the next call would act without looking.
+                let reached = match limit.filter(|_| counts_as_failure(&err)) {
+                    Some(limit) => count_failure(store, rkey, limit, def).await,
+                    None => None,
+                };
+                holder.write(Write::MarkUnknown, Some(renewal)).await;
+                Err(stop_if_reached(exec, def, limit, reached, err))
+            }
+            Err(panic) => {
+                holder.write(Write::MarkUnknown, Some(renewal)).await;
+                Err(panicked(what, "recover hook", panic))
+            }
+        };
+        TakeOver::Answered(answer)
+    }
 }
 
 /// The answer to a call of `def`'s tool with `fingerprint` whose key holds a completed record
