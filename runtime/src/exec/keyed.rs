@@ -44,22 +44,24 @@ pub(super) async fn run(
         return Err(texts::keyed_without_key(&def.name));
     };
     let store = exec.store.clone();
+    let recorder = exec.recorder.clone();
+    // The scope of the call's steps holds its key, lent from there for logs.
+    let scope = Arc::new(OnceScope::new(
+        tool,
+        store.clone(),
+        recorder.clone(),
+        key,
+        fingerprint,
+        settings.lease,
+        settings.retain,
+    ));
+    let key = scope.key();
     let log_key = key.for_logs();
     observe::key(key.as_str());
     let deadline = settings
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);
-    let recorder = exec.recorder.clone();
     let what = What::Tool(&def.name);
-    let scope = Arc::new(OnceScope::new(
-        tool,
-        store.clone(),
-        recorder.clone(),
-        key.clone(),
-        fingerprint,
-        settings.lease,
-        settings.retain,
-    ));
     let mut recover_hook = call.recover;
     let invocation = || Invocation {
         ctx: ctx.clone().with_call(scope.clone()),
