@@ -15,6 +15,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -69,25 +70,38 @@ impl RecordKey {
 }
 
 /// The fencing token of one reservation: only its holder may complete, release, renew or mark it.
+///
+/// A token is shared, not copied: a clone (a store handing back the token it was given, a
+/// renewal holding it) costs no allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Token(String);
+pub struct Token(Arc<str>);
 
 impl Token {
     /// A new token, unique across processes and machines: a random 128-bit prefix drawn once
     /// per process, then a counter (fencing needs uniqueness, and a system call per token
     /// would be the largest cost of a reservation in memory).
     pub fn generate() -> Token {
-        static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        static PREFIX: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string());
+        let prefix = PREFIX.get_or_init(|| {
+            let mut prefix = [0; 32];
+            uuid::Uuid::new_v4().simple().encode_lower(&mut prefix);
+            prefix
+        });
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Token(spell_token(prefix, n))
+        // `<prefix>-<n in lowercase hex>`, spelled on the stack and allocated once.
+        let mut text = [0; 32 + 1 + 16];
+        text[..32].copy_from_slice(prefix);
+        text[32] = b'-';
+        let digits = spell_hex(n, (&mut text[33..]).try_into().expect("16 places"));
+        let text = std::str::from_utf8(&text[..33 + digits]).expect("a token is ASCII");
+        Token(Arc::from(text))
     }
 
     /// A token as a store keeps it.
     pub fn from_stored(text: impl Into<String>) -> Token {
-        Token(text.into())
+        Token(text.into().into())
     }
 
     /// The token's text.
@@ -102,22 +116,19 @@ impl fmt::Display for Token {
     }
 }
 
-/// `<prefix>-<n in lowercase hex>`, written out by hand: `format!` cost more than the rest of a
-/// token.
-fn spell_token(prefix: &str, n: u64) -> String {
-    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
-    let mut text = String::with_capacity(prefix.len() + 1 + digits as usize);
-    text.push_str(prefix);
-    text.push('-');
-    for shift in (0..digits).rev() {
-        let digit = ((n >> (shift * 4)) & 0xf) as u8;
-        text.push(char::from(if digit < 10 {
+/// Writes `n` in lowercase hex, without leading zeros, at the start of `buf`, and says how many
+/// digits it took: by hand, since `format!` cost more than the rest of a token.
+fn spell_hex(n: u64, buf: &mut [u8; 16]) -> usize {
+    let digits = ((64 - n.leading_zeros()).div_ceil(4).max(1)) as usize;
+    for (i, place) in buf[..digits].iter_mut().enumerate() {
+        let digit = ((n >> ((digits - 1 - i) * 4)) & 0xf) as u8;
+        *place = if digit < 10 {
             b'0' + digit
         } else {
             b'a' + digit - 10
-        }));
+        };
     }
-    text
+    digits
 }
 
 /// What a finished call ended in: a result of any shape, or a terminal error.
@@ -552,8 +563,20 @@ mod tests {
             u64::MAX - 1,
             u64::MAX,
         ] {
-            assert_eq!(spell_token("p", n), format!("p-{n:x}"));
+            let mut buf = [0; 16];
+            let digits = spell_hex(n, &mut buf);
+            assert_eq!(std::str::from_utf8(&buf[..digits]), Ok(&*format!("{n:x}")));
         }
         assert_ne!(Token::generate(), Token::generate());
+        let token = Token::generate();
+        let (prefix, n) = token
+            .as_str()
+            .split_once('-')
+            .expect("a prefix, then a counter");
+        assert_eq!(prefix.len(), 32);
+        assert!(prefix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(u64::from_str_radix(n, 16).is_ok());
     }
 }
