@@ -1069,6 +1069,62 @@ async fn a_stale_reservation_whose_lookup_finds_the_effect_runs_nothing() {
     assert_eq!(toolbox.stats().recovered, 1);
 }
 
+/// Two callers meet one stale reservation and the other takes it over first: the call whose
+/// take-over comes second keeps its recover hook, reads the record again, and asks the hook
+/// about what it finds there (the other caller died at once, unsure whether it acted).
+#[tokio::test(start_paused = true)]
+async fn a_take_over_lost_to_another_caller_keeps_the_recover_hook() {
+    use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+    let clock = Arc::new(ManualClock::new());
+    let inner = Arc::new(MemoryStore::with_clock(clock.clone()));
+    // The call's take-over waits a second before it applies; the other caller acts meanwhile.
+    let store = Arc::new(FaultyStore::new(
+        inner.clone(),
+        Plan::script([(Op::TakeOver, Fault::Delay(Duration::from_secs(1)))]),
+    ));
+    let ledger = Arc::new(Ledger::default());
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(ledger.clone())
+        .tool(Refund)
+        .build()
+        .unwrap();
+    crashed_worker(&inner, &Refund, "o-9").await;
+    clock.advance(Duration::from_secs(31));
+    let call = tokio::spawn({
+        let toolbox = toolbox.clone();
+        async move {
+            toolbox
+                .call("refund", json!({"order": "o-9"}), &ctx())
+                .await
+        }
+    });
+    while store.injected().delayed == 0 {
+        tokio::task::yield_now().await;
+    }
+
+    // The other caller takes the reservation over, then marks it unknown and is gone.
+    let prepared = Refund.prepare(&json!({"order": "o-9"}), &ctx()).unwrap();
+    let key = RecordKey::new("acme-corp", prepared.key().unwrap().as_str());
+    let Some(Record::Stale { token: stale, .. }) = inner.get(&key).await.unwrap() else {
+        panic!("the crashed worker's reservation is stale");
+    };
+    let other = inner
+        .take_over(&key, &stale, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the other caller takes it over first");
+    assert!(inner.mark_unknown(&key, &other).await.unwrap());
+
+    let out = call.await.unwrap().unwrap();
+    assert_eq!(out.value, json!("refund-of-o-9"));
+    assert!(!out.replayed);
+    assert_eq!(ledger.refunds.lock().unwrap().len(), 1);
+    assert_eq!(ledger.lookups.load(Ordering::SeqCst), 1);
+    assert_eq!(toolbox.stats().recovered, 1);
+    assert_eq!(store.injected().delayed, 1);
+}
+
 /// A two-step tool's outside world: invoices created and emails sent, and a crash switch.
 #[derive(Default)]
 struct Mailroom {
