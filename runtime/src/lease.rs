@@ -359,7 +359,7 @@ pub(crate) async fn unreserve(
 ) {
     let mut wait = FIRST_RETRY;
     for _ in 0..3 {
-        let release = observe::store(StoreOp::Release, (**store).release(rkey, token));
+        let release = observe::store(StoreOp::Release, store.release(rkey, token));
         if release.await.is_ok() {
             return;
         }

@@ -126,10 +126,9 @@ impl OnceScope {
         let label = format!("{}/{step}", self.tool);
         let token = loop {
             let token = Token::generate();
-            // Asked of the store itself: through the `Arc`'s impl, each call would box its
-            // future twice.
-            let reserve =
-                (*self.store).reserve(&rkey, &label, &self.fingerprint, &token, self.lease);
+            let reserve = self
+                .store
+                .reserve(&rkey, &label, &self.fingerprint, &token, self.lease);
             let reservation = match observe::store(StoreOp::Reserve, reserve).await {
                 Ok(reservation) => reservation,
                 Err(e) => {
@@ -162,7 +161,7 @@ impl OnceScope {
                     return Err(texts::step_in_progress(step));
                 }
                 Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
-                    let take_over = (*self.store).take_over(&rkey, &token, self.lease);
+                    let take_over = self.store.take_over(&rkey, &token, self.lease);
                     match observe::store(StoreOp::TakeOver, take_over)
                         .await
                         .map_err(|e| e.step_refusal(step))?

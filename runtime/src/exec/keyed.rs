@@ -73,9 +73,7 @@ pub(super) async fn run(
     // Settle what the key's record says until this call holds the key (or has its answer).
     let (token, mut renewal) = loop {
         let token = Token::generate();
-        // Asked of the store itself: through the `Arc`'s impl, each call would box its future
-        // twice.
-        let reserve = (*store).reserve(&rkey, &def.name, &fingerprint, &token, settings.lease);
+        let reserve = store.reserve(&rkey, &def.name, &fingerprint, &token, settings.lease);
         let reservation = match observe::store(StoreOp::Reserve, reserve).await {
             Ok(reservation) => reservation,
             Err(e) => {
@@ -282,11 +280,10 @@ impl Stale<'_> {
         // Checked before taking the record over, which leaves it as it is when refused.
         let failures = match limit {
             Some(limit) => {
-                let failures =
-                    match observe::store(StoreOp::Failures, (**store).failures(rkey)).await {
-                        Ok(failures) => failures,
-                        Err(e) => return TakeOver::Answered(Err(e.refusal())),
-                    };
+                let failures = match observe::store(StoreOp::Failures, store.failures(rkey)).await {
+                    Ok(failures) => failures,
+                    Err(e) => return TakeOver::Answered(Err(e.refusal())),
+                };
                 if failures >= limit.failures {
                     exec.stats.retry_limited.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
@@ -296,7 +293,7 @@ impl Stale<'_> {
             }
             None => None,
         };
-        let take_over = (**store).take_over(rkey, &stale, settings.lease);
+        let take_over = store.take_over(rkey, &stale, settings.lease);
         let token = match observe::store(StoreOp::TakeOver, take_over).await {
             Ok(Some(token)) => token,
             // Another caller took it over first.
@@ -439,7 +436,7 @@ async fn count_failure(
     limit: Limit,
     def: &ToolDefinition,
 ) -> Option<u64> {
-    let count = (**store).count_failure(rkey, limit.window);
+    let count = store.count_failure(rkey, limit.window);
     match observe::store(StoreOp::CountFailure, count).await {
         Ok(failures) => (failures >= limit.failures).then_some(failures),
         Err(e) => {
@@ -477,7 +474,7 @@ async fn clear_failures(
     if prior.unwrap_or(0) == 0 {
         return;
     }
-    if let Err(e) = observe::store(StoreOp::ClearFailures, (**store).clear_failures(rkey)).await {
+    if let Err(e) = observe::store(StoreOp::ClearFailures, store.clear_failures(rkey)).await {
         tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not clear the failures counted for the retry limit; they end with their window");
     }
 }

@@ -493,7 +493,7 @@ impl Executor {
     ) -> Result<ToolOutput, ToolError> {
         observe::key(key.as_str());
         let rkey = RecordKey::new(ctx.scope(), key.as_str());
-        let record = observe::store(StoreOp::Get, (*self.store).get(&rkey))
+        let record = observe::store(StoreOp::Get, self.store.get(&rkey))
             .await
             .map_err(StoreError::refusal)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();

@@ -459,88 +459,63 @@ pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// What a forwarded store operation answers: the shared store's own boxed future.
+type Forwarded<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The methods of a store shared behind an `Arc`, each handing on the future of the store
+/// itself: written as `async fn`s, each would box that (already boxed) future again, an
+/// allocation more per operation for every caller that holds its store in an `Arc`.
+macro_rules! forward {
+    ($(
+        fn $name:ident<$($l:lifetime),*>(&$s:lifetime self $(, $arg:ident: $ty:ty)*) -> $out:ty;
+    )*) => {$(
+        fn $name<$s, $($l,)* 'async_trait>(
+            &$s self $(, $arg: $ty)*
+        ) -> Forwarded<'async_trait, $out>
+        where
+            $s: 'async_trait,
+            $($l: 'async_trait,)*
+            Self: 'async_trait,
+        {
+            (**self).$name($($arg),*)
+        }
+    )*};
+}
+
 /// A shared store is a store: the same records through every handle.
-#[async_trait]
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    async fn reserve(
-        &self,
-        key: &RecordKey,
-        tool: &str,
-        fingerprint: &Fingerprint,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<Reservation, StoreError> {
-        (**self).reserve(key, tool, fingerprint, token, lease).await
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        outcome: &Outcome,
-        retain: Duration,
-    ) -> Result<bool, StoreError> {
-        (**self).complete(key, token, outcome, retain).await
-    }
-    async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        (**self).release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        (**self).renew(key, token, lease).await
-    }
-    async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        (**self).mark_unknown(key, token).await
-    }
-    async fn take_over(
-        &self,
-        key: &RecordKey,
-        stale: &Token,
-        lease: Duration,
-    ) -> Result<Option<Token>, StoreError> {
-        (**self).take_over(key, stale, lease).await
-    }
-    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        (**self).get(key).await
-    }
-    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
-        (**self).completed_here(key)
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        (**self).purge_expired(limit).await
-    }
-    async fn now(&self) -> Result<SystemTime, StoreError> {
-        (**self).now().await
-    }
-    async fn list(
-        &self,
-        filter: &Filter,
-        cursor: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        (**self).list(filter, cursor, limit).await
-    }
-    async fn resolve(
-        &self,
-        key: &RecordKey,
-        seen: &Token,
-        resolution: &Resolution,
-    ) -> Result<bool, StoreError> {
-        (**self).resolve(key, seen, resolution).await
+    forward! {
+        fn reserve<'k, 't, 'f, 'o>(
+            &'s self, key: &'k RecordKey, tool: &'t str, fingerprint: &'f Fingerprint,
+            token: &'o Token, lease: Duration
+        ) -> Reservation;
+        fn complete<'k, 'o, 'r>(
+            &'s self, key: &'k RecordKey, token: &'o Token, outcome: &'r Outcome, retain: Duration
+        ) -> bool;
+        fn release<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token) -> bool;
+        fn renew<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token, lease: Duration) -> bool;
+        fn mark_unknown<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token) -> bool;
+        fn take_over<'k, 'o>(
+            &'s self, key: &'k RecordKey, stale: &'o Token, lease: Duration
+        ) -> Option<Token>;
+        fn get<'k>(&'s self, key: &'k RecordKey) -> Option<Record>;
+        fn purge_expired<>(&'s self, limit: usize) -> u64;
+        fn now<>(&'s self) -> SystemTime;
+        fn list<'f, 'c>(
+            &'s self, filter: &'f Filter, cursor: Option<&'c Cursor>, limit: usize
+        ) -> Page;
+        fn resolve<'k, 'o, 'r>(
+            &'s self, key: &'k RecordKey, seen: &'o Token, resolution: &'r Resolution
+        ) -> bool;
+        // Retry limits.
+        fn count_failure<'k>(&'s self, key: &'k RecordKey, window: Duration) -> u64;
+        fn failures<'k>(&'s self, key: &'k RecordKey) -> u64;
+        fn clear_failures<'k>(&'s self, key: &'k RecordKey) -> ();
     }
 
-    // Retry limits.
-    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
-        (**self).count_failure(key, window).await
-    }
-    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
-        (**self).failures(key).await
-    }
-    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
-        (**self).clear_failures(key).await
+    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+        (**self).completed_here(key)
     }
 }
 
