@@ -136,7 +136,7 @@ pub(super) async fn run(
                     scope: &scope,
                     ctx: &ctx,
                 };
-                match Box::pin(stale.take_over(token, recover, limit)).await {
+                match Box::pin(stale.take_over(token, recover)).await {
                     TakeOver::Answered(answer) => return answer,
                     TakeOver::Beaten(recover) => {
                         recover_hook = Some(recover);
@@ -265,7 +265,7 @@ struct Stale<'a> {
 impl Stale<'_> {
     /// Takes over the reservation held by `stale` and asks `recover` whether the earlier call
     /// acted: its finding is recorded as the outcome; nothing found, the body runs.
-    async fn take_over(self, stale: Token, recover: Recover, limit: Option<Limit>) -> TakeOver {
+    async fn take_over(self, stale: Token, recover: Recover) -> TakeOver {
         let Stale {
             exec,
             def,
@@ -275,7 +275,7 @@ impl Stale<'_> {
             ctx,
         } = self;
         let (store, recorder) = (&exec.store, &exec.recorder);
-        let settings = &def.settings;
+        let (settings, limit) = (&def.settings, Limit::of(def));
         let what = What::Tool(&def.name);
         // Checked before taking the record over, which leaves it as it is when refused.
         let failures = match limit {
