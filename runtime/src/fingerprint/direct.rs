@@ -488,6 +488,25 @@ mod tests {
         assert_ne!(named("pay\"\n{\"a\":\"1\"}", None), named("pay", Some("1")));
     }
 
+    /// A schema keeps the start of its first tool's fingerprints; a call naming another tool
+    /// with it (generated code never does) still gets its own.
+    #[test]
+    fn a_schema_shared_by_two_tool_names_keeps_each_its_own_start() {
+        let schema = FingerprintSchema::new(|| serde_json::json!({}));
+        let of = |tool: &str| {
+            let mut fp = FingerprintFields::new(tool, &schema);
+            fp.field("a", &1u8);
+            fp.finish().unwrap()
+        };
+        for tool in ["pay", "refund", "pay", "pay\u{e9}", "refund", "pay"] {
+            assert_eq!(
+                of(tool),
+                fingerprint_through_value(tool, &serde_json::json!({"a": 1})),
+                "{tool}"
+            );
+        }
+    }
+
     #[test]
     fn a_field_that_cannot_be_serialized_is_an_error_not_a_fingerprint() {
         let schema = FingerprintSchema::new(|| serde_json::json!({}));
