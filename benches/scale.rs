@@ -11,6 +11,12 @@
 //! stores would write for completed calls), side by side in one run. The server stores use a
 //! table (PostgreSQL) or a key prefix (Redis) of their own, removed at the end.
 //!
+//! A whole run (no filter; or any run with `TOOLKEY_BENCH_RATIOS=1`) also sets the memory store's
+//! two sizes side by side: a second store holds a thousand records, and rounds of reserves
+//! alternate between the two. Three runs on 2026-12-02 on a 2-core machine: 1.73×, 1.79× and
+//! 1.86× (559–609 ns against 304–346 ns), where criterion's rows of the same runs gave 1.64×,
+//! 1.83× and 1.66×.
+//!
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
 //! `cargo bench -p toolkey-tests --all-features --bench scale`. `TOOLKEY_SCALE_RECORDS` sets the
 //! larger size (a million unless set); the figures of a run are in README.md.
@@ -169,6 +175,28 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let memory = MemoryStore::new();
     rt.block_on(fill(&memory, 0, SMALL));
     sizes(c, rt, "memory", &memory, || fill(&memory, SMALL, large));
+    if whole_run() {
+        // The two sizes side by side: a second store holds a thousand records, and rounds of
+        // reserves alternate between the two, so that drift over the run touches both alike.
+        let small = MemoryStore::new();
+        rt.block_on(fill(&small, 0, SMALL));
+        let (fp, n) = (fingerprint(), AtomicU64::new(0));
+        let reserves = |store: &MemoryStore, runs: usize| {
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for _ in 0..runs {
+                    reserve_and_release(store, &n, &fp).await;
+                }
+                start.elapsed()
+            })
+        };
+        side_by_side(
+            &format!("memory store, a reserve with {large} records held against a thousand"),
+            20_000,
+            |runs| reserves(&memory, runs),
+            |runs| reserves(&small, runs),
+        );
+    }
     drop(memory);
 
     // SQLite: the larger file is filled in one transaction of rows as the store writes them.

@@ -91,66 +91,6 @@ const REDIS_CLUSTER_URLS: [&str; 3] = [
     "redis://127.0.0.1:7002",
 ];
 
-/// True on a whole `cargo bench --bench stores` (no filter, no other mode), or with
-/// `TOOLKEY_BENCH_RATIOS` set: the side-by-side rounds take a few seconds more.
-fn whole_run() -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    args == ["--bench"] || std::env::var_os("TOOLKEY_BENCH_RATIOS").is_some()
-}
-
-/// Runs `run` `runs` times; the time they took.
-fn timed(runs: usize, run: &dyn Fn()) -> Duration {
-    let start = Instant::now();
-    for _ in 0..runs {
-        run();
-    }
-    start.elapsed()
-}
-
-/// Times `a` and `b` side by side, each making `runs` runs in turn in every round, the side that
-/// goes first alternating, so that drift over the run (a disk whose flushes vary from minute to
-/// minute) touches both alike. Prints each side's median time per run over the rounds, and the
-/// median over the rounds of the ratio a / b.
-fn side_by_side(
-    what: &str,
-    runs: usize,
-    mut a: impl FnMut(usize) -> Duration,
-    mut b: impl FnMut(usize) -> Duration,
-) {
-    const ROUNDS: usize = 21;
-    let (mut per_a, mut per_b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    // One round more than counted: the first warms both sides up.
-    for round in 0..=ROUNDS {
-        let (ta, tb) = if round % 2 == 0 {
-            let ta = a(runs);
-            (ta, b(runs))
-        } else {
-            let tb = b(runs);
-            (a(runs), tb)
-        };
-        if round > 0 {
-            let (ta, tb) = (
-                ta.as_secs_f64() / runs as f64,
-                tb.as_secs_f64() / runs as f64,
-            );
-            per_a.push(ta);
-            per_b.push(tb);
-            ratios.push(ta / tb);
-        }
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    println!(
-        "{what}: {ROUNDS} rounds of {runs} runs of each in turn: {:.2} µs against {:.2} µs per \
-         run (medians), {:.2}x (the median of the rounds' ratios)",
-        median(per_a) * 1e6,
-        median(per_b) * 1e6,
-        median(ratios)
-    );
-}
-
 fn fresh(n: &AtomicU64) -> String {
     format!("k{}", n.fetch_add(1, Ordering::Relaxed))
 }
