@@ -339,7 +339,8 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
                 .map(|_| match row {
                     Row::First => {
                         fresh += 1;
-                        json!({"customer": format!("r{fresh}"), "period": "2026-10", "amount": 100.0})
+                        let customer = format!("r{fresh}");
+                        json!({"customer": customer, "period": "2026-10", "amount": 100.0})
                     }
                     _ => replayed.clone(),
                 })

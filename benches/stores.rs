@@ -47,9 +47,10 @@
 //! flushes vary from minute to minute slows both sides alike. Five runs on 2026-12-02 on a 2-core
 //! machine: a first run (reserve + complete) 1.07×, 1.10×, 1.12×, 1.08× and 1.05× raw
 //! rusqlite's (280–325 µs against 262–302 µs), a replay 1.78×, 1.77×, 1.78×, 1.75× and 1.66×
-//! the raw `SELECT` (2.1–2.2 µs against 1.2–1.3 µs). With the file on tmpfs, where a flush costs almost nothing,
-//! a first run took 30.6 µs against 17.2 µs in one run and 92.9 µs against 18.8 µs in the next:
-//! what the store adds is its own reads and the hand-offs to and from the writer's thread.
+//! the raw `SELECT` (2.1–2.2 µs against 1.2–1.3 µs). With the file on tmpfs, where a flush costs
+//! almost nothing, a first run took 30.6 µs against 17.2 µs in one run and 92.9 µs against
+//! 18.8 µs in the next: what the store adds is its own reads and the hand-offs to and from the
+//! writer's thread.
 //!
 //! `replay/cached` is a replay through a [`CachedStore`] that holds the record: no round trip.
 //! A second run the same day, while other builds loaded both cores (so the server rows are
