@@ -152,7 +152,9 @@ impl Outcome {
         // A result as `to_stored` writes it, `{"ok":<result>}`, is read as its result alone:
         // reading the enum around it cost every replay about 250 instructions. The text is that
         // object exactly when what lies between is one value, so anything else (an error, text
-        // another writer spaced or got wrong) is read in full, as before.
+        // another writer spaced or got wrong) is read in full, as before. One level less deep
+        // than the whole, a result at serde_json's depth limit (127 levels) reads back here,
+        // where the whole text would not.
         if let Some(result) = text
             .strip_prefix(r#"{"ok":"#)
             .and_then(|rest| rest.strip_suffix('}'))
@@ -581,6 +583,18 @@ mod tests {
         for text in odd {
             assert_eq!(Outcome::from_stored(&key, text).ok(), full(text), "{text}");
         }
+        // A result nested as deep as serde_json reads a value is read back as written, though
+        // the whole text is a level deeper than it reads.
+        let mut deep = json!(1);
+        for _ in 0..127 {
+            deep = json!([deep]);
+        }
+        let text = Outcome::Ok(deep.clone()).to_stored();
+        assert_eq!(full(&text), None);
+        assert_eq!(
+            Outcome::from_stored(&key, &text).ok(),
+            Some(Outcome::Ok(deep))
+        );
     }
 
     #[test]
