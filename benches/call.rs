@@ -125,10 +125,10 @@ fn bench(c: &mut Criterion) {
     let (amount, currency, description) = (129.5f64, "EUR", "two seats, row 12");
     let (quantity, express, note) = (2u32, false, Some("aisle if possible"));
     static SCHEMA: toolkey::__private::FingerprintSchema =
-        toolkey::__private::FingerprintSchema::new(|| json!({}));
+        toolkey::__private::FingerprintSchema::new("book", || json!({}));
     group.bench_function("fingerprint, 6 fields, from the fields", |b| {
         b.iter(|| {
-            let mut f = toolkey::__private::FingerprintFields::new("book", &SCHEMA);
+            let mut f = toolkey::__private::FingerprintFields::new(&SCHEMA);
             f.field("amount", &amount);
             f.field("currency", &currency);
             f.field("description", &description);

@@ -54,6 +54,7 @@ const _: () = {
         __k.finish()
     }
     static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
+        "send_invoice",
         ::toolkey::__private::schema_for::<__Args>,
     );
     #[automatically_derived]
@@ -105,7 +106,6 @@ const _: () = {
             let __key = __key(__ctx, &__a.customer, &__a.period)?;
             let __fp = ::toolkey::__private::fingerprint({
                 let mut __f = ::toolkey::__private::FingerprintFields::new(
-                    "send_invoice",
                     &__FINGERPRINT_SCHEMA,
                 );
                 __f.field("amount", &__a.amount);

@@ -63,9 +63,9 @@ pub struct FingerprintFields<'s> {
 }
 
 impl<'s> FingerprintFields<'s> {
-    /// Starts the fingerprint of a call of `tool`.
-    pub fn new(tool: &str, schema: &'s FingerprintSchema) -> Self {
-        let (schema, has_sets, hasher) = schema.get(tool);
+    /// Starts the fingerprint of a call of the tool `schema` belongs to.
+    pub fn new(schema: &'s FingerprintSchema) -> Self {
+        let (schema, has_sets, hasher) = schema.get();
         FingerprintFields {
             hasher,
             schema,
@@ -133,6 +133,7 @@ impl<'s> FingerprintFields<'s> {
 /// arrays are sets (`uniqueItems`), whose order means nothing. Built by generated code.
 #[doc(hidden)]
 pub struct FingerprintSchema {
+    tool: &'static str,
     derive: fn() -> Value,
     cached: std::sync::OnceLock<Derived>,
 }
@@ -141,42 +142,35 @@ pub struct FingerprintSchema {
 struct Derived {
     schema: Value,
     has_sets: bool,
-    /// The name of the tool of the first call, and the hash with it written (the text every
-    /// fingerprint of that tool starts with): copied for each call of the tool rather than
-    /// written again, which cost each call about 300 instructions.
-    tool: Box<str>,
+    /// The hash with the tool's name written (the text every fingerprint of the tool starts
+    /// with): copied for each call rather than written again, which cost each call about 300
+    /// instructions.
     start: HashSink,
 }
 
 impl FingerprintSchema {
-    /// A schema derived by `derive` on first use.
-    pub const fn new(derive: fn() -> Value) -> Self {
+    /// The schema of `tool`'s fingerprints, derived by `derive` on first use.
+    pub const fn new(tool: &'static str, derive: fn() -> Value) -> Self {
         FingerprintSchema {
+            tool,
             derive,
             cached: std::sync::OnceLock::new(),
         }
     }
 
     /// The schema, whether it has sets, and a hash with the start of a fingerprint of a call of
-    /// `tool` written.
-    fn get(&self, tool: &str) -> (&Value, bool, HashSink) {
+    /// the tool written.
+    fn get(&self) -> (&Value, bool, HashSink) {
         let derived = self.cached.get_or_init(|| {
             let schema = (self.derive)();
             let has_sets = mentions_sets(&schema);
             Derived {
                 schema,
                 has_sets,
-                tool: tool.into(),
-                start: HashSink::start(tool),
+                start: HashSink::start(self.tool),
             }
         });
-        // Generated code gives each tool a schema of its own; any other name is written anew.
-        let start = if *derived.tool == *tool {
-            derived.start.clone()
-        } else {
-            HashSink::start(tool)
-        };
-        (&derived.schema, derived.has_sets, start)
+        (&derived.schema, derived.has_sets, derived.start.clone())
     }
 }
 

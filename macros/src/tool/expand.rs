@@ -235,7 +235,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
             let fp_struct = if plain_fields {
                 quote! {
                     static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                        #tk::FingerprintSchema::new(#tk::schema_for::<__Args>);
+                        #tk::FingerprintSchema::new(#name, #tk::schema_for::<__Args>);
                 }
             } else {
                 quote! {
@@ -246,7 +246,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         #(#fp_schemars #fp_idents: #fp_types,)*
                     }
                     static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                        #tk::FingerprintSchema::new(#tk::schema_for::<__Fingerprint>);
+                        #tk::FingerprintSchema::new(#name, #tk::schema_for::<__Fingerprint>);
                 }
             };
             let (keep_raw, with_recover) = match &keyed.recover {
@@ -268,7 +268,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
                 let __key = __key(__ctx, #(#key_args),*)?;
                 let __fp = #tk::fingerprint({
-                    let mut __f = #tk::FingerprintFields::new(#name, &__FINGERPRINT_SCHEMA);
+                    let mut __f = #tk::FingerprintFields::new(&__FINGERPRINT_SCHEMA);
                     #(#fp_adds)*
                     __f
                 })?;

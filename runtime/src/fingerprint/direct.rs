@@ -223,8 +223,8 @@ mod tests {
     }
 
     /// `args`' fields added one by one in the byte order of their names, as generated code does.
-    fn fingerprint_by_fields(tool: &str, args: &Args, schema: &FingerprintSchema) -> Fingerprint {
-        let mut fp = FingerprintFields::new(tool, schema);
+    fn fingerprint_by_fields(args: &Args, schema: &FingerprintSchema) -> Fingerprint {
+        let mut fp = FingerprintFields::new(schema);
         // Byte order: upper case, then `_`, then lower case; shorter prefixes first.
         fp.field("Beta", &args.beta);
         fp.field("_x", &args._x);
@@ -332,9 +332,9 @@ mod tests {
                 assert_eq!(written.unwrap(), expected, "case {i}, field {name}");
             }
             // The whole fingerprint, field by field, is the one its value always made.
-            let plain = FingerprintSchema::new(|| serde_json::json!({}));
+            let plain = FingerprintSchema::new("send_invoice", || serde_json::json!({}));
             assert_eq!(
-                fingerprint_by_fields("send_invoice", &args, &plain),
+                fingerprint_by_fields(&args, &plain),
                 fingerprint_through_value("send_invoice", &args),
                 "case {i}"
             );
@@ -381,8 +381,8 @@ mod tests {
         assert!(direct(&Some(vec![1u32])).is_err());
         assert!(direct(&serde_json::json!({"a": 1})).is_err());
         // And a fingerprint whose fields take the value's way is the one the value makes.
-        let schema = FingerprintSchema::new(|| serde_json::json!({}));
-        let mut fp = FingerprintFields::new("tool", &schema);
+        let schema = FingerprintSchema::new("tool", || serde_json::json!({}));
+        let mut fp = FingerprintFields::new(&schema);
         fp.field(
             "data",
             &Data {
@@ -419,9 +419,9 @@ mod tests {
             tags: std::collections::BTreeSet<String>,
             labels: Vec<String>,
         }
-        let schema = FingerprintSchema::new(crate::schema::schema_for::<WithSets>);
+        let schema = FingerprintSchema::new("tag", crate::schema::schema_for::<WithSets>);
         let by_fields = |codes: &[u32], tags: &[&str], labels: &[&str]| {
-            let mut fp = FingerprintFields::new("tag", &schema);
+            let mut fp = FingerprintFields::new(&schema);
             fp.field("amount", &5u64);
             // Slices in any order stand for the sets: the schema says `codes` and `tags` are.
             fp.field("codes", &codes);
@@ -453,17 +453,17 @@ mod tests {
     fn a_value_cannot_forge_a_field() {
         for sets in [false, true] {
             let schema = if sets {
-                FingerprintSchema::new(|| serde_json::json!({"uniqueItems": true}))
+                FingerprintSchema::new("pay", || serde_json::json!({"uniqueItems": true}))
             } else {
-                FingerprintSchema::new(|| serde_json::json!({}))
+                FingerprintSchema::new("pay", || serde_json::json!({}))
             };
             let one = {
-                let mut fp = FingerprintFields::new("pay", &schema);
+                let mut fp = FingerprintFields::new(&schema);
                 fp.field("a", "1\",\"b\":\"2");
                 fp.finish().unwrap()
             };
             let two = {
-                let mut fp = FingerprintFields::new("pay", &schema);
+                let mut fp = FingerprintFields::new(&schema);
                 fp.field("a", "1");
                 fp.field("b", "2");
                 fp.finish().unwrap()
@@ -477,9 +477,9 @@ mod tests {
             );
         }
         // Nor can a tool's name pass for the start of the fields.
-        let schema = FingerprintSchema::new(|| serde_json::json!({}));
-        let named = |tool: &str, field: Option<&str>| {
-            let mut fp = FingerprintFields::new(tool, &schema);
+        let named = |tool: &'static str, field: Option<&str>| {
+            let schema = FingerprintSchema::new(tool, || serde_json::json!({}));
+            let mut fp = FingerprintFields::new(&schema);
             if let Some(value) = field {
                 fp.field("a", value);
             }
@@ -488,29 +488,28 @@ mod tests {
         assert_ne!(named("pay\"\n{\"a\":\"1\"}", None), named("pay", Some("1")));
     }
 
-    /// A schema keeps the start of its first tool's fingerprints; a call naming another tool
-    /// with it (generated code never does) still gets its own.
+    /// A tool's schema keeps the start of its fingerprints, its name written, and hands each
+    /// call a copy: every call, the first and those after, gets the start the name makes.
     #[test]
-    fn a_schema_shared_by_two_tool_names_keeps_each_its_own_start() {
-        let schema = FingerprintSchema::new(|| serde_json::json!({}));
-        let of = |tool: &str| {
-            let mut fp = FingerprintFields::new(tool, &schema);
-            fp.field("a", &1u8);
-            fp.finish().unwrap()
-        };
-        for tool in ["pay", "refund", "pay", "pay\u{e9}", "refund", "pay"] {
-            assert_eq!(
-                of(tool),
-                fingerprint_through_value(tool, &serde_json::json!({"a": 1})),
-                "{tool}"
-            );
+    fn each_call_starts_from_its_tools_name() {
+        for tool in ["pay", "refund", "pay\u{e9}", "a\"b\n{"] {
+            let schema = FingerprintSchema::new(tool, || serde_json::json!({}));
+            for a in [1u8, 2, 1] {
+                let mut fp = FingerprintFields::new(&schema);
+                fp.field("a", &a);
+                assert_eq!(
+                    fp.finish().unwrap(),
+                    fingerprint_through_value(tool, &serde_json::json!({"a": a})),
+                    "{tool} {a}"
+                );
+            }
         }
     }
 
     #[test]
     fn a_field_that_cannot_be_serialized_is_an_error_not_a_fingerprint() {
-        let schema = FingerprintSchema::new(|| serde_json::json!({}));
-        let mut fp = FingerprintFields::new("tool", &schema);
+        let schema = FingerprintSchema::new("tool", || serde_json::json!({}));
+        let mut fp = FingerprintFields::new(&schema);
         let mut bad = std::collections::HashMap::new();
         bad.insert((1u8, 2u8), 3u8);
         fp.field("bad", &bad);
