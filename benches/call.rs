@@ -14,6 +14,10 @@ use serde_json::json;
 use toolkey::store::MemoryStore;
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
 
+#[path = "rounds.rs"]
+mod rounds;
+use rounds::*;
+
 #[derive(Default)]
 struct Ledger {
     sent: AtomicU64,
@@ -275,42 +279,9 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-/// True on a whole `cargo bench --bench call` (no filter, no other mode), or with
-/// `TOOLKEY_BENCH_RATIOS` set: the side-by-side ratios below take a few seconds more.
-fn whole_run() -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    args == ["--bench"] || std::env::var_os("TOOLKEY_BENCH_RATIOS").is_some()
-}
-
-/// A call that [`ratios`] measures.
-#[derive(Clone, Copy, PartialEq)]
-enum Row {
-    ReadOnly,
-    First,
-    Replay,
-    CachedReplay,
-}
-
-impl Row {
-    const ALL: [Row; 4] = [Row::ReadOnly, Row::First, Row::Replay, Row::CachedReplay];
-
-    fn name(self) -> &'static str {
-        match self {
-            Row::ReadOnly => "toolbox read_only",
-            Row::First => "keyed first call (memory)",
-            Row::Replay => "keyed replay (memory)",
-            Row::CachedReplay => "keyed replay (memory, local cache)",
-        }
-    }
-}
-
-/// The call rows as ratios to the `read_only` call, measured side by side: in each round every
-/// row makes `BATCH` calls in turn, their arguments built before its clock starts, so that the
-/// machine's drift over the run touches every row alike. Prints each row's median time per call
-/// over the rounds, and the median over the rounds of its ratio to that round's `read_only` row.
+/// The keyed calls beside the `read_only` call, side by side (see [`side_by_side`]), each side's
+/// arguments built before its clock starts.
 fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) {
-    const ROUNDS: usize = 25;
-    const BATCH: usize = 4_000;
     let plain = toolbox(None, ledger.clone());
     let keyed = toolbox(Some(Arc::new(MemoryStore::new())), ledger.clone());
     let cached = toolbox(
@@ -325,60 +296,41 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
         rt.block_on(toolbox.call("send_invoice", replayed.clone(), ctx))
             .unwrap();
     }
-    let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); Row::ALL.len()];
+    // `runs` calls of `tool`, their arguments made by `args` before the clock starts.
+    let calls = |toolbox: &Toolbox, tool: &str, args: Vec<serde_json::Value>, replay: bool| {
+        rt.block_on(async {
+            let start = std::time::Instant::now();
+            for args in args {
+                let out = toolbox.call(tool, args, ctx).await.unwrap();
+                assert_eq!(out.replayed, replay);
+            }
+            start.elapsed()
+        })
+    };
+    let read_only =
+        |runs: usize| calls(&plain, "peek_invoice", vec![replayed.clone(); runs], false);
     let mut fresh = 0u64;
-    // One round more than counted: the first warms every row up.
-    for round in 0..=ROUNDS {
-        for (i, row) in Row::ALL.into_iter().enumerate() {
-            let (toolbox, tool) = match row {
-                Row::ReadOnly => (&plain, "peek_invoice"),
-                Row::First | Row::Replay => (&keyed, "send_invoice"),
-                Row::CachedReplay => (&cached, "send_invoice"),
-            };
-            let args: Vec<serde_json::Value> = (0..BATCH)
-                .map(|_| match row {
-                    Row::First => {
-                        fresh += 1;
-                        let customer = format!("r{fresh}");
-                        json!({"customer": customer, "period": "2026-10", "amount": 100.0})
-                    }
-                    _ => replayed.clone(),
+    side_by_side(
+        "call/ratios: keyed first call (memory) against the read_only call",
+        4_000,
+        |runs| {
+            let args = (0..runs)
+                .map(|_| {
+                    fresh += 1;
+                    let customer = format!("r{fresh}");
+                    json!({"customer": customer, "period": "2026-10", "amount": 100.0})
                 })
                 .collect();
-            let took = rt.block_on(async {
-                let start = std::time::Instant::now();
-                for args in args {
-                    let out = toolbox.call(tool, args, ctx).await.unwrap();
-                    assert_eq!(out.replayed, matches!(row, Row::Replay | Row::CachedReplay));
-                }
-                start.elapsed()
-            });
-            if round > 0 {
-                per_call[i].push(took.as_secs_f64() * 1e9 / BATCH as f64);
-            }
-        }
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    println!("call/ratios: {ROUNDS} rounds of {BATCH} calls of each row in turn, median per call");
-    for (i, row) in Row::ALL.into_iter().enumerate() {
-        let time = median(per_call[i].clone());
-        if row == Row::ReadOnly {
-            println!("  {:<36} {time:>7.0} ns", row.name());
-            continue;
-        }
-        let ratio = median(
-            per_call[i]
-                .iter()
-                .zip(&per_call[0])
-                .map(|(t, base)| t / base)
-                .collect(),
-        );
-        println!(
-            "  {:<36} {time:>7.0} ns  {ratio:.2}x the read_only call",
-            row.name()
+            calls(&keyed, "send_invoice", args, false)
+        },
+        read_only,
+    );
+    for (name, toolbox) in [("memory", &keyed), ("memory, local cache", &cached)] {
+        side_by_side(
+            &format!("call/ratios: keyed replay ({name}) against the read_only call"),
+            4_000,
+            |runs| calls(toolbox, "send_invoice", vec![replayed.clone(); runs], true),
+            read_only,
         );
     }
 }

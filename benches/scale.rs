@@ -36,6 +36,9 @@ use toolkey::Fingerprint;
 #[path = "direct.rs"]
 mod direct;
 use direct::*;
+#[path = "rounds.rs"]
+mod rounds;
+use rounds::*;
 
 /// Counts the bytes the program holds from the allocator (asked for, not rounded).
 struct Counting;

@@ -85,6 +85,9 @@ use toolkey::Fingerprint;
 #[path = "direct.rs"]
 mod direct;
 use direct::*;
+#[path = "rounds.rs"]
+mod rounds;
+use rounds::*;
 
 const REDIS_CLUSTER_URLS: [&str; 3] = [
     "redis://127.0.0.1:7000",
