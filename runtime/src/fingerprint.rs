@@ -440,30 +440,34 @@ fn write_object<'a, W: fmt::Write + ?Sized>(
 /// A JSON string with exactly the escapes serde_json writes: `\"`, `\\`, the short forms of
 /// control characters, `\u00XX` for the other control characters, everything else as it is.
 fn write_string<W: fmt::Write + ?Sized>(s: &str, out: &mut W) -> fmt::Result {
-    out.write_char('"')?;
+    out.write_str("\"")?;
+    // Byte by byte: every byte that is escaped is ASCII, and no byte of a longer character is
+    // (UTF-8 sets their high bit), so each escape falls between characters. Read as characters
+    // instead, a fingerprint of six fields took 4,224 instructions besides SHA-256; now 3,520.
     let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let escape = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
-            '\u{8}' => "\\b",
-            '\u{c}' => "\\f",
-            '\n' => "\\n",
-            '\r' => "\\r",
-            '\t' => "\\t",
-            c if (c as u32) < 0x20 => "",
-            _ => continue,
-        };
-        out.write_str(&s[start..i])?;
-        if escape.is_empty() {
-            write!(out, "\\u{:04x}", c as u32)?;
-        } else {
-            out.write_str(escape)?;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
         }
-        start = i + c.len_utf8();
+        out.write_str(&s[start..i])?;
+        match b {
+            b'"' => out.write_str("\\\"")?,
+            b'\\' => out.write_str("\\\\")?,
+            0x08 => out.write_str("\\b")?,
+            0x0c => out.write_str("\\f")?,
+            b'\n' => out.write_str("\\n")?,
+            b'\r' => out.write_str("\\r")?,
+            b'\t' => out.write_str("\\t")?,
+            // A copy: formatting `b` itself would keep it in memory through the whole loop.
+            code => {
+                let code = u32::from(code);
+                write!(out, "\\u{code:04x}")?
+            }
+        }
+        start = i + 1;
     }
     out.write_str(&s[start..])?;
-    out.write_char('"')
+    out.write_str("\"")
 }
 
 #[cfg(test)]
@@ -529,6 +533,21 @@ mod tests {
             let mut out = String::new();
             canonical_json(&json!(text), &mut out);
             assert_eq!(out, serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+        // Every ASCII character, alone and between wider characters on either side (where a
+        // reading by bytes could cut one), and every written escape's neighbours.
+        for b in 0u8..0x80 {
+            let c = char::from(b);
+            for text in [
+                c.to_string(),
+                format!("é{c}✓"),
+                format!("{c}{c}𝄞"),
+                format!("𝄞\n{c}\"é"),
+            ] {
+                let mut out = String::new();
+                canonical_json(&json!(text), &mut out);
+                assert_eq!(out, serde_json::to_string(&text).unwrap(), "{text:?}");
+            }
         }
     }
 
