@@ -374,6 +374,114 @@ async fn falsy_results_are_recorded_and_replayed() {
     assert_eq!(runs.load(Ordering::SeqCst), 5);
 }
 
+/// A result `levels` deep: arrays and objects in turn around a number. (Not with `json!`, which
+/// would copy the value built so far at every level.)
+fn nested(levels: usize) -> Value {
+    let mut value = json!(7);
+    for level in 0..levels {
+        value = if level % 2 == 0 {
+            Value::Array(vec![value])
+        } else {
+            Value::Object([("in".to_string(), value)].into_iter().collect())
+        };
+    }
+    value
+}
+
+#[tool(idempotent(key = "tree:<name>", status = "tree_status"))]
+async fn tree(runs: State<AtomicUsize>, name: String, levels: usize) -> Result<Value, ToolError> {
+    let _ = name;
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(nested(levels))
+}
+
+/// Runs `test` on a runtime whose threads have room for values thousands of levels deep in a
+/// debug build (serializing, comparing and dropping one recurses per level).
+fn with_deep_stacks<F: std::future::Future<Output = ()>>(
+    test: impl FnOnce() -> F + Send + 'static,
+) {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(test())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// serde_json reads 128 levels at most: a result nested deeper was answered to its first call
+/// and recorded, and every replay and status answer after it read the record as corrupt. A
+/// result as deep as `MAX_RESULT_DEPTH` replays; one deeper is never recorded, since it could
+/// not be read back: the tool acted, so it is kept as unknown and never run again.
+#[test]
+fn a_deep_result_replays_and_one_too_deep_to_record_is_kept_as_unknown() {
+    use toolkey::store::MAX_RESULT_DEPTH;
+    with_deep_stacks(|| async {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let toolbox = Toolbox::builder()
+            .shared_state(runs.clone())
+            .tool(Tree)
+            .build()
+            .unwrap();
+        for (name, levels) in [("past-serde", 200), ("deepest", MAX_RESULT_DEPTH)] {
+            let args = json!({"name": name, "levels": levels});
+            let first = toolbox.call("tree", args.clone(), &ctx()).await.unwrap();
+            let again = toolbox.call("tree", args, &ctx()).await.unwrap();
+            assert_eq!((&first.value, first.replayed), (&nested(levels), false));
+            assert_eq!((&again.value, again.replayed), (&nested(levels), true));
+            let status = toolbox
+                .call(
+                    "tree_status",
+                    json!({"name": name, "levels": levels}),
+                    &ctx(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(status.value["status"], "completed", "{name}");
+            assert_eq!(status.value["result"], nested(levels));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+        let args = json!({"name": "too-deep", "levels": MAX_RESULT_DEPTH + 1});
+        for _ in 0..2 {
+            let err = toolbox
+                .call("tree", args.clone(), &ctx())
+                .await
+                .unwrap_err();
+            assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+            assert!(!err.is_retryable());
+        }
+        let err = toolbox
+            .call("tree", args.clone(), &ctx())
+            .await
+            .unwrap_err();
+        let first = {
+            // The first answer says why; later ones, that nobody knows the outcome.
+            let fresh = json!({"name": "too-deep-2", "levels": MAX_RESULT_DEPTH + 1});
+            toolbox.call("tree", fresh, &ctx()).await.unwrap_err()
+        };
+        assert!(
+            first.message().contains("nests deeper than 4096 levels"),
+            "{first:?}"
+        );
+        assert!(
+            first.suggestion().unwrap().contains("do not repeat"),
+            "{first:?}"
+        );
+        assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+        let status = toolbox.call("tree_status", args, &ctx()).await.unwrap();
+        assert_eq!(status.value["status"], "unknown");
+        // Each too-deep call ran once: `too-deep` for its first call only, `too-deep-2` once.
+        assert_eq!(runs.load(Ordering::SeqCst), 4);
+        assert_eq!(toolbox.stats().unknown, 2);
+    });
+}
+
 #[tokio::test]
 async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));

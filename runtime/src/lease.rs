@@ -25,7 +25,9 @@ use tokio_util::task::TaskTracker;
 use crate::key::log_hash;
 use crate::observe::{self, Renewals, StoreOp};
 use crate::stats::Counters;
-use crate::store::{Outcome, Record, RecordKey, Store, StoreError, Token};
+use crate::store::{
+    nests_deeper, Outcome, Record, RecordKey, Store, StoreError, Token, MAX_RESULT_DEPTH,
+};
 use crate::{texts, ErrorCode, ToolError};
 
 /// How soon a failed renewal or write is tried again, at first and at most.
@@ -523,6 +525,16 @@ pub(crate) async fn record_outcome(
     retain: Duration,
     renewal: Renewal,
 ) -> Result<Value, ToolError> {
+    if let Outcome::Ok(value) = &outcome {
+        if nests_deeper(value, MAX_RESULT_DEPTH) {
+            // Recorded, it would read back as corrupt: every replay and status answer a
+            // store error. The work was done, so it is kept as unknown.
+            holder.write(Write::MarkUnknown, Some(renewal)).await;
+            return Err(texts::unrecordable_result(&format!(
+                "it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects"
+            )));
+        }
+    }
     // The outcome goes into the write and comes back as the answer: no copy on the call path.
     let (landed, write) = holder
         .write(Write::Complete(outcome, retain), Some(renewal))

@@ -646,6 +646,8 @@ async fn every_outcome_round_trips(cx: Ctx) -> Result<(), String> {
         json!([]),
         json!(""),
         json!({"nested": {"ü": [1.5, null]}}),
+        // Deeper than serde_json reads at once (128 levels): it must read back all the same.
+        (0..300).fold(json!("leaf"), |inner, _| Value::Array(vec![inner])),
     ]
     .into_iter()
     .map(Outcome::Ok)

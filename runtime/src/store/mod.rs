@@ -152,9 +152,7 @@ impl Outcome {
         // A result as `to_stored` writes it, `{"ok":<result>}`, is read as its result alone:
         // reading the enum around it cost every replay about 250 instructions. The text is that
         // object exactly when what lies between is one value, so anything else (an error, text
-        // another writer spaced or got wrong) is read in full, as before. One level less deep
-        // than the whole, a result at serde_json's depth limit (127 levels) reads back here,
-        // where the whole text would not.
+        // another writer spaced or got wrong) is read in full.
         if let Some(result) = text
             .strip_prefix(r#"{"ok":"#)
             .and_then(|rest| rest.strip_suffix('}'))
@@ -163,7 +161,77 @@ impl Outcome {
                 return Ok(Outcome::Ok(result));
             }
         }
-        serde_json::from_str(text).map_err(|e| StoreError::corrupt(key, format!("outcome: {e}")))
+        if let Ok(outcome) = serde_json::from_str(text) {
+            return Ok(outcome);
+        }
+        // serde_json reads 128 levels at most, which a result the first call answered may pass:
+        // it must replay, not read as corrupt.
+        let read = if nesting(text) > MAX_RESULT_DEPTH + 1 {
+            Err(format!(
+                "outcome: nested deeper than a result may be ({MAX_RESULT_DEPTH} levels)"
+            ))
+        } else {
+            Outcome::read_deep(text).map_err(|e| format!("outcome: {e}"))
+        };
+        read.map_err(|problem| StoreError::corrupt(key, problem))
+    }
+
+    /// Reads stored text past serde_json's 128 levels. serde_json stops there to keep its
+    /// recursion from running off the end of the stack; this reading grows the stack as it
+    /// goes instead (serde_stacker), so it never overflows it, however small the thread's. It
+    /// reads what the bounded reading reads, and deeper text too.
+    fn read_deep(text: &str) -> Result<Outcome, serde_json::Error> {
+        let mut reader = serde_json::Deserializer::from_str(text);
+        reader.disable_recursion_limit();
+        let outcome = Outcome::deserialize(serde_stacker::Deserializer::new(&mut reader))?;
+        reader.end()?;
+        Ok(outcome)
+    }
+}
+
+/// How many levels of arrays and objects a tool's result may nest. A result nested deeper is
+/// never recorded: the tool acted, so its outcome is kept as unknown (as a result that cannot be
+/// serialized is), and the answer says not to repeat the action. A stored outcome nested deeper
+/// is read as corrupt. Far deeper than a result means to be; shallow enough that reading one
+/// back, and dropping it, stays well inside a thread's stack.
+pub const MAX_RESULT_DEPTH: usize = 4_096;
+
+/// How many levels of arrays and objects `text` opens at its deepest, reading strings as
+/// strings: an upper bound on what a JSON reader would descend through, whether or not the text
+/// is JSON.
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// True when `value` nests more than `levels` levels of arrays and objects (a scalar nests none,
+/// `[]` one). It looks no deeper than that.
+pub(crate) fn nests_deeper(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => levels == 0 || items.iter().any(|v| nests_deeper(v, levels - 1)),
+        Value::Object(map) => levels == 0 || map.values().any(|v| nests_deeper(v, levels - 1)),
+        _ => false,
     }
 }
 
@@ -583,18 +651,92 @@ mod tests {
         for text in odd {
             assert_eq!(Outcome::from_stored(&key, text).ok(), full(text), "{text}");
         }
-        // A result nested as deep as serde_json reads a value is read back as written, though
-        // the whole text is a level deeper than it reads.
-        let mut deep = json!(1);
-        for _ in 0..127 {
-            deep = json!([deep]);
+    }
+
+    /// serde_json reads 128 levels at most; a result nested deeper is written all the same, and
+    /// must read back, by every store, for its replays and status answers to tell the truth.
+    #[test]
+    fn a_result_past_serde_jsons_limit_reads_back() {
+        let key = RecordKey::new("t", "k");
+        let nested = |depth: usize| {
+            let mut value = json!(1);
+            for level in 0..depth {
+                value = if level % 2 == 0 {
+                    Value::Array(vec![value])
+                } else {
+                    Value::Object([("next".to_string(), value)].into_iter().collect())
+                };
+            }
+            value
+        };
+        // At the limit, a level past it (the whole text refused, its result not), and far past.
+        for depth in [126, 127, 128, 1_000] {
+            let outcome = Outcome::Ok(nested(depth));
+            let text = outcome.to_stored();
+            assert_eq!(
+                Outcome::from_stored(&key, &text).ok(),
+                Some(outcome),
+                "{depth}"
+            );
         }
-        let text = Outcome::Ok(deep.clone()).to_stored();
-        assert_eq!(full(&text), None);
-        assert_eq!(
-            Outcome::from_stored(&key, &text).ok(),
-            Some(Outcome::Ok(deep))
-        );
+        assert!(serde_json::from_str::<Outcome>(&Outcome::Ok(nested(127)).to_stored()).is_err());
+    }
+
+    /// A result as deep as a result may be is read back on a thread with a test thread's
+    /// stack (2 MiB), as is text that deep cut short; deeper text is refused as corrupt before
+    /// it is read. Read a frame per level, as serde_json reads when its limit is lifted, the
+    /// first two overflow that stack in a debug build.
+    #[test]
+    fn deep_text_is_read_without_overflowing_the_stack() {
+        let depth = MAX_RESULT_DEPTH;
+        let read = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let key = RecordKey::new("t", "k");
+                let whole = format!(r#"{{"ok":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth));
+                let Ok(Outcome::Ok(value)) = Outcome::from_stored(&key, &whole) else {
+                    return Err(format!("{depth} levels did not read back"));
+                };
+                if nests_deeper(&value, depth - 1) && !nests_deeper(&value, depth) {
+                    drop(value);
+                } else {
+                    return Err("the value read is not as deep as the text".into());
+                }
+                let cut = format!(r#"{{"ok":{}1"#, "[".repeat(depth));
+                let deeper = format!(
+                    r#"{{"ok":{}1{}}}"#,
+                    "[".repeat(depth + 1),
+                    "]".repeat(depth + 1)
+                );
+                let refused = |text: &str| {
+                    matches!(
+                        Outcome::from_stored(&key, text),
+                        Err(StoreError::Corrupt { .. })
+                    )
+                };
+                if !refused(&cut) || !refused(&deeper) {
+                    return Err("text cut short or too deep was read".into());
+                }
+                Ok(())
+            })
+            .unwrap()
+            .join()
+            .expect("the reading overflowed its stack");
+        assert_eq!(read, Ok(()));
+    }
+
+    #[test]
+    fn nesting_counts_arrays_and_objects_not_what_strings_hold() {
+        for (text, levels) in [
+            ("1", 0),
+            ("[]", 1),
+            (r#"{"a":[{}],"b":[]}"#, 3),
+            (r#"["[[[", "\"[[", "\\", []]"#, 2),
+            (r#""{""#, 0),
+            ("]]]][", 1),
+        ] {
+            assert_eq!(nesting(text), levels, "{text}");
+        }
     }
 
     #[test]
