@@ -525,27 +525,28 @@ pub(crate) async fn record_outcome(
     retain: Duration,
     renewal: Renewal,
 ) -> Result<Value, ToolError> {
-    if let Outcome::Ok(value) = &outcome {
-        if nests_deeper(value, MAX_RESULT_DEPTH) {
-            // Recorded, it would read back as corrupt: every replay and status answer a
-            // store error. The work was done, so it is kept as unknown.
-            holder.write(Write::MarkUnknown, Some(renewal)).await;
-            return Err(texts::unrecordable_result(&format!(
-                "it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects"
-            )));
-        }
-    }
-    // The outcome goes into the write and comes back as the answer: no copy on the call path.
-    let (landed, write) = holder
-        .write(Write::Complete(outcome, retain), Some(renewal))
-        .await;
+    // A result too deep to read back would answer every replay and status call with a store
+    // error: the work was done, so it is kept as unknown instead. (One write for both, so the
+    // call's future holds no second await.)
+    let too_deep = matches!(&outcome, Outcome::Ok(value) if nests_deeper(value, MAX_RESULT_DEPTH));
+    let write = if too_deep {
+        Write::MarkUnknown
+    } else {
+        // The outcome goes into the write and comes back as the answer: no copy on the call
+        // path.
+        Write::Complete(outcome, retain)
+    };
+    let (landed, write) = holder.write(write, Some(renewal)).await;
     if landed == Landed::TakenOver {
         return Err(texts::lease_lost(holder.what));
     }
     match write {
         Write::Complete(Outcome::Ok(value), _) => Ok(value),
         Write::Complete(Outcome::Err(err), _) => Err(err),
-        Write::Release | Write::MarkUnknown => {
+        Write::MarkUnknown => Err(texts::unrecordable_result(&format!(
+            "it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects"
+        ))),
+        Write::Release => {
             unreachable!("the write handed back is the one given")
         }
     }
