@@ -482,6 +482,74 @@ fn a_deep_result_replays_and_one_too_deep_to_record_is_kept_as_unknown() {
     });
 }
 
+/// A result too deep to record is kept as unknown, but only by the call that still holds the
+/// key: when its reservation lapsed and another caller took the key over before the write
+/// landed, the answer says so (LEASE_LOST), not that the record is kept as unknown, and the
+/// other caller's reservation stands.
+#[test]
+fn a_too_deep_result_whose_key_was_taken_over_is_answered_as_a_lost_lease() {
+    use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+    use toolkey::store::MAX_RESULT_DEPTH;
+    with_deep_stacks(|| async {
+        let clock = Arc::new(ManualClock::new());
+        let inner = Arc::new(MemoryStore::with_clock(clock.clone()));
+        // The call's write of its unknown outcome waits a second; the other caller acts then.
+        let store = Arc::new(FaultyStore::new(
+            inner.clone(),
+            Plan::script([(Op::MarkUnknown, Fault::Delay(Duration::from_secs(1)))]),
+        ));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let toolbox = Toolbox::builder()
+            .shared_store(store.clone())
+            .shared_state(runs.clone())
+            .tool(Tree)
+            .build()
+            .unwrap();
+        let args = json!({"name": "lost", "levels": MAX_RESULT_DEPTH + 1});
+        let call = tokio::spawn({
+            let (toolbox, args) = (toolbox.clone(), args.clone());
+            async move { toolbox.call("tree", args, &ctx()).await }
+        });
+        while store.injected().delayed == 0 {
+            tokio::task::yield_now().await;
+        }
+
+        clock.advance(Duration::from_secs(31));
+        let prepared = Tree.prepare(&args, &ctx()).unwrap();
+        let key = RecordKey::new("acme-corp", prepared.key().unwrap().as_str());
+        let Some(Record::Stale { token: lapsed, .. }) = inner.get(&key).await.unwrap() else {
+            panic!("the call's reservation has lapsed");
+        };
+        let other = inner
+            .take_over(&key, &lapsed, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .expect("the other caller takes the key over");
+
+        let err = call.await.unwrap().unwrap_err();
+        assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
+        assert!(!err.is_retryable());
+        assert!(
+            err.suggestion().unwrap().contains("do not repeat"),
+            "{err:?}"
+        );
+        assert!(
+            matches!(
+                inner.get(&key).await.unwrap(),
+                Some(Record::InProgress { .. })
+            ),
+            "the other caller's reservation stands, not marked unknown"
+        );
+        assert!(inner
+            .renew(&key, &other, Duration::from_secs(30))
+            .await
+            .unwrap());
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(store.injected().delayed, 1);
+        assert_eq!(toolbox.stats().unknown, 0);
+    });
+}
+
 #[tokio::test]
 async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(300)));
