@@ -482,6 +482,66 @@ fn a_deep_result_replays_and_one_too_deep_to_record_is_kept_as_unknown() {
     });
 }
 
+/// Builds a result `levels` deep in a step, counting the step's runs.
+#[tool(idempotent(key = "deep-step:<name>"))]
+async fn deep_step(
+    runs: State<AtomicUsize>,
+    ctx: &ToolContext,
+    name: String,
+    levels: usize,
+) -> Result<bool, ToolError> {
+    let _ = name;
+    let tree: Value = ctx
+        .once("build", async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(nested(levels))
+        })
+        .await?;
+    Ok(tree == nested(levels))
+}
+
+/// A step's result is bound by the same depth as a tool's: one as deep as `MAX_RESULT_DEPTH` is
+/// recorded and handed back; one deeper is kept as unknown, and the answer names the step that
+/// acted, not the tool.
+#[test]
+fn a_step_result_too_deep_to_record_is_kept_as_unknown_and_names_the_step() {
+    use toolkey::store::MAX_RESULT_DEPTH;
+    with_deep_stacks(|| async {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let toolbox = Toolbox::builder()
+            .shared_state(runs.clone())
+            .tool(DeepStep)
+            .build()
+            .unwrap();
+        let deepest = json!({"name": "deepest", "levels": MAX_RESULT_DEPTH});
+        for replayed in [false, true] {
+            let out = toolbox.call("deep_step", deepest.clone(), &ctx()).await;
+            let out = out.unwrap();
+            assert_eq!((&out.value, out.replayed), (&json!(true), replayed));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+        let too_deep = json!({"name": "too-deep", "levels": MAX_RESULT_DEPTH + 1});
+        let first = toolbox
+            .call("deep_step", too_deep.clone(), &ctx())
+            .await
+            .unwrap_err();
+        assert!(first.is(ErrorCode::OutcomeUnknown), "{first:?}");
+        assert!(!first.is_retryable());
+        assert!(first.message().contains("step `build` acted"), "{first:?}");
+        assert!(
+            first.message().contains("nests deeper than 4096 levels"),
+            "{first:?}"
+        );
+        let again = toolbox
+            .call("deep_step", too_deep, &ctx())
+            .await
+            .unwrap_err();
+        assert!(again.is(ErrorCode::OutcomeUnknown), "{again:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    });
+}
+
 /// A result too deep to record is kept as unknown, but only by the call that still holds the
 /// key: when its reservation lapsed and another caller took the key over before the write
 /// landed, the answer says so (LEASE_LOST), not that the record is kept as unknown, and the

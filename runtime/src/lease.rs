@@ -543,9 +543,14 @@ pub(crate) async fn record_outcome(
     match write {
         Write::Complete(Outcome::Ok(value), _) => Ok(value),
         Write::Complete(Outcome::Err(err), _) => Err(err),
-        Write::MarkUnknown => Err(texts::unrecordable_result(&format!(
-            "it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects"
-        ))),
+        Write::MarkUnknown => {
+            let problem =
+                format!("it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects");
+            Err(match holder.what {
+                What::Step { step, .. } => texts::step_unrecordable(step, &problem),
+                What::Tool(_) => texts::unrecordable_result(&problem),
+            })
+        }
         Write::Release => {
             unreachable!("the write handed back is the one given")
         }
