@@ -477,8 +477,10 @@ fn a_deep_result_replays_and_one_too_deep_to_record_is_kept_as_unknown() {
         let status = toolbox.call("tree_status", args, &ctx()).await.unwrap();
         assert_eq!(status.value["status"], "unknown");
         // Each too-deep call ran once: `too-deep` for its first call only, `too-deep-2` once.
+        // Every one of the four too-deep calls ended in an unknown outcome: each first call's,
+        // counted as a result that does not serialize is, and the two that met `too-deep`'s.
         assert_eq!(runs.load(Ordering::SeqCst), 4);
-        assert_eq!(toolbox.stats().unknown, 2);
+        assert_eq!(toolbox.stats().unknown, 4);
     });
 }
 
@@ -542,71 +544,194 @@ fn a_step_result_too_deep_to_record_is_kept_as_unknown_and_names_the_step() {
     });
 }
 
-/// A result too deep to record is kept as unknown, but only by the call that still holds the
-/// key: when its reservation lapsed and another caller took the key over before the write
-/// landed, the answer says so (LEASE_LOST), not that the record is kept as unknown, and the
-/// other caller's reservation stands.
-#[test]
-fn a_too_deep_result_whose_key_was_taken_over_is_answered_as_a_lost_lease() {
+/// Says a request went out and its reply was lost.
+#[tool(idempotent(key = "lost-reply:<name>"))]
+async fn lost_reply(runs: State<AtomicUsize>, name: String) -> Result<u32, ToolError> {
+    let _ = name;
+    runs.fetch_add(1, Ordering::SeqCst);
+    Err(ToolError::outcome_unknown(
+        "the request went out and its reply was lost",
+    ))
+}
+
+/// Crashes after acting.
+#[tool(idempotent(key = "crashes:<name>"))]
+async fn crashes(runs: State<AtomicUsize>, name: String) -> Result<u32, ToolError> {
+    let _ = name;
+    runs.fetch_add(1, Ordering::SeqCst);
+    panic!("crashed after acting");
+}
+
+/// A call of `tool` (named `name`, with `args`) whose body ends with its outcome unknown, its
+/// reservation lapsing while the store is slow to take the unknown mark, and another caller
+/// taking the key over meanwhile: the call's answer, and its body's runs.
+async fn kept_unknown_after_a_take_over(
+    tool: impl Tool,
+    name: &str,
+    args: Value,
+) -> (ToolError, Toolbox, usize) {
     use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
+    let clock = Arc::new(ManualClock::new());
+    let inner = Arc::new(MemoryStore::with_clock(clock.clone()));
+    // The call's unknown mark waits a second; the other caller acts then.
+    let store = Arc::new(FaultyStore::new(
+        inner.clone(),
+        Plan::script([(Op::MarkUnknown, Fault::Delay(Duration::from_secs(1)))]),
+    ));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = tool.prepare(&args, &ctx()).unwrap();
+    let key = RecordKey::new("acme-corp", call.key().unwrap().as_str());
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(runs.clone())
+        .tool(tool)
+        .build()
+        .unwrap();
+    let call = tokio::spawn({
+        let (toolbox, name) = (toolbox.clone(), name.to_string());
+        async move { toolbox.call(&name, args, &ctx()).await }
+    });
+    let marking = async {
+        while store.injected().delayed == 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), marking)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the call never marked its key unknown"));
+
+    clock.advance(Duration::from_secs(31));
+    let Some(Record::Stale { token: lapsed, .. }) = inner.get(&key).await.unwrap() else {
+        panic!("{name}: the call's reservation has lapsed");
+    };
+    let other = inner
+        .take_over(&key, &lapsed, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the other caller takes the key over");
+
+    let err = call.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            inner.get(&key).await.unwrap(),
+            Some(Record::InProgress { .. })
+        ),
+        "{name}: the other caller's reservation stands, not marked unknown"
+    );
+    assert!(inner
+        .renew(&key, &other, Duration::from_secs(30))
+        .await
+        .unwrap());
+    assert_eq!(store.injected().delayed, 1, "{name}");
+    (err, toolbox, runs.load(Ordering::SeqCst))
+}
+
+/// A call whose outcome is unknown keeps its key unknown, but only while it still holds the key:
+/// when its reservation lapsed and another caller took the key over before the mark landed, the
+/// answer says so (LEASE_LOST: another call may act too), not that the record is kept as
+/// unknown, and the other caller's reservation stands. The same for every way a body ends
+/// unknown: a result too deep to record, a reply it reports lost, a panic.
+#[test]
+fn an_unknown_outcome_whose_key_was_taken_over_is_answered_as_a_lost_lease() {
+    use toolkey::store::MAX_RESULT_DEPTH;
+    with_deep_stacks(|| async {
+        let too_deep = json!({"name": "lost", "levels": MAX_RESULT_DEPTH + 1});
+        let cases = [
+            kept_unknown_after_a_take_over(Tree, "tree", too_deep).await,
+            kept_unknown_after_a_take_over(LostReply, "lost_reply", json!({"name": "n"})).await,
+            kept_unknown_after_a_take_over(Crashes, "crashes", json!({"name": "n"})).await,
+        ];
+        for (err, toolbox, runs) in cases {
+            assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
+            assert!(!err.is_retryable());
+            assert!(
+                err.suggestion().unwrap().contains("do not repeat"),
+                "{err:?}"
+            );
+            assert_eq!(runs, 1);
+            assert_eq!(toolbox.stats().unknown, 0);
+        }
+    });
+}
+
+/// Finds a refund whose record is `levels` deep.
+#[tool(idempotent(key = "deep-found:<name>", recover = find_deep))]
+async fn deep_found(
+    runs: State<AtomicUsize>,
+    name: String,
+    levels: usize,
+) -> Result<Value, ToolError> {
+    let _ = (name, levels);
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(json!("acted"))
+}
+
+async fn find_deep(
+    runs: State<AtomicUsize>,
+    name: String,
+    levels: usize,
+) -> Result<Option<Value>, ToolError> {
+    let _ = (runs, name);
+    Ok(Some(nested(levels)))
+}
+
+/// What a recover hook finds is recorded as a body's result is: as deep as `MAX_RESULT_DEPTH`,
+/// replayed; deeper, kept as unknown, the hook's finding answered OUTCOME_UNKNOWN; the body never
+/// runs.
+#[test]
+fn a_recovered_result_too_deep_to_record_is_kept_as_unknown() {
     use toolkey::store::MAX_RESULT_DEPTH;
     with_deep_stacks(|| async {
         let clock = Arc::new(ManualClock::new());
-        let inner = Arc::new(MemoryStore::with_clock(clock.clone()));
-        // The call's write of its unknown outcome waits a second; the other caller acts then.
-        let store = Arc::new(FaultyStore::new(
-            inner.clone(),
-            Plan::script([(Op::MarkUnknown, Fault::Delay(Duration::from_secs(1)))]),
-        ));
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
         let runs = Arc::new(AtomicUsize::new(0));
         let toolbox = Toolbox::builder()
             .shared_store(store.clone())
             .shared_state(runs.clone())
-            .tool(Tree)
+            .tool(DeepFound)
             .build()
             .unwrap();
-        let args = json!({"name": "lost", "levels": MAX_RESULT_DEPTH + 1});
-        let call = tokio::spawn({
-            let (toolbox, args) = (toolbox.clone(), args.clone());
-            async move { toolbox.call("tree", args, &ctx()).await }
-        });
-        while store.injected().delayed == 0 {
-            tokio::task::yield_now().await;
+        let deepest = json!({"name": "deepest", "levels": MAX_RESULT_DEPTH});
+        let too_deep = json!({"name": "too-deep", "levels": MAX_RESULT_DEPTH + 1});
+        for args in [&deepest, &too_deep] {
+            // A worker reserved the key and crashed.
+            let call = DeepFound.prepare(args, &ctx()).unwrap();
+            let key = RecordKey::new("acme-corp", call.key().unwrap().as_str());
+            let fingerprint = call.fingerprint().unwrap();
+            let token = Token::generate();
+            let lease = Duration::from_secs(30);
+            store
+                .reserve(&key, "tool", fingerprint, &token, lease)
+                .await
+                .unwrap();
         }
-
         clock.advance(Duration::from_secs(31));
-        let prepared = Tree.prepare(&args, &ctx()).unwrap();
-        let key = RecordKey::new("acme-corp", prepared.key().unwrap().as_str());
-        let Some(Record::Stale { token: lapsed, .. }) = inner.get(&key).await.unwrap() else {
-            panic!("the call's reservation has lapsed");
-        };
-        let other = inner
-            .take_over(&key, &lapsed, Duration::from_secs(30))
-            .await
-            .unwrap()
-            .expect("the other caller takes the key over");
 
-        let err = call.await.unwrap().unwrap_err();
-        assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
-        assert!(!err.is_retryable());
+        for replayed in [true, true] {
+            let out = toolbox
+                .call("deep_found", deepest.clone(), &ctx())
+                .await
+                .unwrap();
+            assert_eq!(
+                (&out.value, out.replayed),
+                (&nested(MAX_RESULT_DEPTH), replayed)
+            );
+        }
+        let err = toolbox
+            .call("deep_found", too_deep.clone(), &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
         assert!(
-            err.suggestion().unwrap().contains("do not repeat"),
+            err.message().contains("nests deeper than 4096 levels"),
             "{err:?}"
         );
-        assert!(
-            matches!(
-                inner.get(&key).await.unwrap(),
-                Some(Record::InProgress { .. })
-            ),
-            "the other caller's reservation stands, not marked unknown"
-        );
-        assert!(inner
-            .renew(&key, &other, Duration::from_secs(30))
+        let status = toolbox
+            .call("deep_found_status", too_deep, &ctx())
             .await
-            .unwrap());
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        assert_eq!(store.injected().delayed, 1);
-        assert_eq!(toolbox.stats().unknown, 0);
+            .unwrap();
+        assert_eq!(status.value["status"], "unknown");
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
     });
 }
 

@@ -418,6 +418,16 @@ impl Holder<'_> {
             .write(self.store, self.rkey, self.token, write, renewal, self.what)
             .await
     }
+
+    /// Marks the reservation unknown (the work may have been done) and answers `answer`; or
+    /// `LEASE_LOST` when the key was taken over before the mark landed: the record is then
+    /// another call's, which may act too, and `answer` would say what no longer holds.
+    pub(crate) async fn keep_unknown(&self, renewal: Renewal, answer: ToolError) -> ToolError {
+        match self.write(Write::MarkUnknown, Some(renewal)).await {
+            (Landed::Yes, _) => answer,
+            (Landed::TakenOver, _) => texts::lease_lost(self.what),
+        }
+    }
 }
 
 /// Runs `work` while its lease is renewed (so a body that blocks its thread cannot stop the
@@ -495,11 +505,12 @@ pub(crate) async fn settle(
     match ran {
         Ok(Ok(value)) => record_outcome(holder, Outcome::Ok(value), retain, renewal).await,
         Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
-            if let Some(counters) = counters {
+            let answer = holder.keep_unknown(renewal, err).await;
+            // Counted when the key is kept unknown, not when another call took it over.
+            if let Some(counters) = counters.filter(|_| answer.is(ErrorCode::OutcomeUnknown)) {
                 counters.unknown.inc();
             }
-            holder.write(Write::MarkUnknown, Some(renewal)).await;
-            Err(err)
+            Err(answer)
         }
         Ok(Err(err)) if err.is_retryable() => {
             if let Some(counters) = counters {
@@ -510,8 +521,8 @@ pub(crate) async fn settle(
         }
         Ok(Err(err)) => record_outcome(holder, Outcome::Err(err), retain, renewal).await,
         Err(panic) => {
-            holder.write(Write::MarkUnknown, Some(renewal)).await;
-            Err(panicked(holder.what, "body", panic))
+            let answer = panicked(holder.what, "body", panic);
+            Err(holder.keep_unknown(renewal, answer).await)
         }
     }
 }
@@ -525,36 +536,34 @@ pub(crate) async fn record_outcome(
     retain: Duration,
     renewal: Renewal,
 ) -> Result<Value, ToolError> {
-    // A result too deep to read back would answer every replay and status call with a store
-    // error: the work was done, so it is kept as unknown instead. (One write for both, so the
-    // call's future holds no second await.)
-    let too_deep = matches!(&outcome, Outcome::Ok(value) if nests_deeper(value, MAX_RESULT_DEPTH));
-    let write = if too_deep {
-        Write::MarkUnknown
-    } else {
-        // The outcome goes into the write and comes back as the answer: no copy on the call
-        // path.
-        Write::Complete(outcome, retain)
-    };
-    let (landed, write) = holder.write(write, Some(renewal)).await;
+    // The outcome goes into the write and comes back as the answer: no copy on the call path.
+    let (landed, write) = holder
+        .write(Write::Complete(outcome, retain), Some(renewal))
+        .await;
     if landed == Landed::TakenOver {
         return Err(texts::lease_lost(holder.what));
     }
     match write {
         Write::Complete(Outcome::Ok(value), _) => Ok(value),
         Write::Complete(Outcome::Err(err), _) => Err(err),
-        Write::MarkUnknown => {
-            let problem =
-                format!("it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects");
-            Err(match holder.what {
-                What::Step { step, .. } => texts::step_unrecordable(step, &problem),
-                What::Tool(_) => texts::unrecordable_result(&problem),
-            })
-        }
-        Write::Release => {
+        Write::Release | Write::MarkUnknown => {
             unreachable!("the write handed back is the one given")
         }
     }
+}
+
+/// A result, done work, as it can be recorded. One nested deeper than [`MAX_RESULT_DEPTH`] would
+/// be recorded as text no replay or status call could read back, so, like a result that cannot
+/// be serialized, it makes the outcome unknown: `OUTCOME_UNKNOWN`, naming `what` acted.
+pub(crate) fn recordable(value: Value, what: What<'_>) -> Result<Value, ToolError> {
+    if !nests_deeper(&value, MAX_RESULT_DEPTH) {
+        return Ok(value);
+    }
+    let problem = format!("it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects");
+    Err(match what {
+        What::Step { step, .. } => texts::step_unrecordable(step, &problem),
+        What::Tool(_) => texts::unrecordable_result(&problem),
+    })
 }
 
 /// A panic's answer. The panic itself is dropped here, unread: its message can hold argument

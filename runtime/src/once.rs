@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::Instrument;
 
-use crate::lease::{drive, settle, unreserve, Holder, Recorder, What};
+use crate::lease::{drive, recordable, settle, unreserve, Holder, Recorder, What};
 use crate::observe::{self, Happened, StoreOp};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
@@ -184,7 +184,9 @@ impl OnceScope {
             let value = work.await.map_err(Into::into)?;
             // The step acted: a result that cannot be recorded makes its outcome unknown, never
             // a failure, or a retry would act again.
-            serde_json::to_value(&value).map_err(|e| texts::step_unrecordable(step, &e.to_string()))
+            let value = serde_json::to_value(&value)
+                .map_err(|e| texts::step_unrecordable(step, &e.to_string()))?;
+            recordable(value, what)
         };
         let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
         let holder = Holder {

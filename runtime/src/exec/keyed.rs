@@ -15,7 +15,8 @@ use std::time::Duration;
 use super::limits::{counts_as_failure, Limit, Slot};
 use super::{Executor, ToolOutput};
 use crate::lease::{
-    drive, panicked, record_outcome, settle, unreserve, Holder, Panic, Renewal, What, Write,
+    drive, panicked, record_outcome, recordable, settle, unreserve, Holder, Panic, Renewal, What,
+    Write,
 };
 use crate::observe::{self, Happened, StoreOp};
 use crate::once::OnceScope;
@@ -211,6 +212,8 @@ pub(super) async fn run(
     )
     .await;
     drop(permit);
+    // A result no replay could read back is an unknown outcome, as one that does not serialize.
+    let ran = ran.map(|ended| ended.and_then(|value| recordable(value, what)));
     // A failure is counted before the key is freed: the next call reads the count.
     let reached = match limit.filter(|_| invites_retry(&ran, call_has_recover)) {
         Some(limit) => count_failure(&store, &rkey, limit, def).await,
@@ -322,6 +325,8 @@ impl Stale<'_> {
             token: &token,
             what,
         };
+        let looked = looked
+            .map(|ended| ended.and_then(|found| found.map(|v| recordable(v, what)).transpose()));
         let answer = match looked {
             Ok(Ok(Some(found))) => {
                 let found =
@@ -351,12 +356,12 @@ impl Stale<'_> {
                     Some(limit) => count_failure(store, rkey, limit, def).await,
                     None => None,
                 };
-                holder.write(Write::MarkUnknown, Some(renewal)).await;
-                Err(stop_if_reached(exec, def, limit, reached, err))
+                let answer = holder.keep_unknown(renewal, err).await;
+                Err(stop_if_reached(exec, def, limit, reached, answer))
             }
             Err(panic) => {
-                holder.write(Write::MarkUnknown, Some(renewal)).await;
-                Err(panicked(what, "recover hook", panic))
+                let answer = panicked(what, "recover hook", panic);
+                Err(holder.keep_unknown(renewal, answer).await)
             }
         };
         TakeOver::Answered(answer)

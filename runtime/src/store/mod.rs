@@ -189,10 +189,11 @@ impl Outcome {
     }
 }
 
-/// How many levels of arrays and objects a tool's result may nest. A result nested deeper is
-/// never recorded: the tool acted, so its outcome is kept as unknown (as a result that cannot be
-/// serialized is), and the answer says not to repeat the action. A stored outcome nested deeper
-/// is read as corrupt. Far deeper than a result means to be; shallow enough that reading one
+/// How many levels of arrays and objects a tool's (or a step's, or a recover hook's) result may
+/// nest. A result nested deeper is never recorded: the work was done, so its outcome is kept as
+/// unknown, as that of a result that cannot be serialized is, and answered `OUTCOME_UNKNOWN`
+/// (never repeat it; with a recover hook, a retry asks the hook first). A stored outcome nested
+/// deeper is read as corrupt. Far deeper than a result means to be; shallow enough that reading one
 /// back, and dropping it, stays well inside a thread's stack.
 pub const MAX_RESULT_DEPTH: usize = 4_096;
 
