@@ -38,7 +38,7 @@ use crate::context::StateMap;
 use crate::lease::{panicked, Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, StoreOp, ToolTelemetry};
 use crate::stats::{Counters, Stats};
-use crate::store::{Outcome, Record, RecordKey, Store, StoreError};
+use crate::store::{Outcome, Record, RecordKey, RecordKeyRef, Store, StoreError};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{Call, Invocation, KeyFn, Tool, ToolDefinition};
@@ -264,16 +264,18 @@ impl Executor {
                 .run_inline(&def, call, ctx, tally, slot, observed)
                 .await;
         }
-        // A keyed call's record, found once: from memory, or by the keyed path.
+        // A keyed call's record: answered from memory with the key borrowed, else owned by the
+        // keyed path.
         let rkey = match (&call.key, def.story) {
-            (Some(key), Story::Idempotent) => Some(RecordKey::new(ctx.scope(), key.as_str())),
+            (Some(key), Story::Idempotent) => {
+                let here = RecordKeyRef::new(ctx.scope(), key.as_str());
+                if let Some(answer) = self.answer_here(&def, &call, here, observed) {
+                    return answer;
+                }
+                Some(here.to_owned())
+            }
             _ => None,
         };
-        if let Some(rkey) = &rkey {
-            if let Some(answer) = self.answer_here(&def, &call, rkey, observed) {
-                return answer;
-            }
-        }
         let body = {
             let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
             let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
@@ -367,7 +369,7 @@ impl Executor {
         &self,
         def: &ToolDefinition,
         call: &Call,
-        rkey: &RecordKey,
+        rkey: RecordKeyRef<'_>,
         observed: &Observed,
     ) -> Option<Result<ToolOutput, ToolError>> {
         let (Some(key), Some(fingerprint)) = (&call.key, &call.fingerprint) else {

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::{
-    Clock, Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation, Resolution, Store,
-    StoreError, SystemClock, Token,
+    Clock, Cursor, Filter, Outcome, Page, Record, RecordKey, RecordKeyRef, Reservation, Resolution,
+    Store, StoreError, SystemClock, Token,
 };
 use crate::Fingerprint;
 
@@ -142,7 +142,10 @@ impl<S: Store> CachedStore<S> {
     }
 
     /// The cached record of `key`, if it may still be served.
-    fn cached(&self, key: &RecordKey) -> Option<Record> {
+    fn cached<Q>(&self, key: &Q) -> Option<Record>
+    where
+        Q: std::hash::Hash + quick_cache::Equivalent<RecordKey> + ?Sized,
+    {
         let cached = self.cache.get(key)?;
         if self.clock.now() >= cached.serve_until {
             self.cache.remove(key);
@@ -279,8 +282,8 @@ impl<S: Store> Store for CachedStore<S> {
         self.inner.take_over(key, stale, lease).await
     }
 
-    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
-        self.cached(key).or_else(|| self.inner.completed_here(key))
+    fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
+        self.cached(&key).or_else(|| self.inner.completed_here(key))
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {

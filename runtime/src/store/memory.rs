@@ -12,7 +12,7 @@ use hashbrown::HashTable;
 use super::row::{span_ms, Fields, State};
 use super::{
     from_millis, millis, nesting, to_millis, Cursor, Filter, Outcome, Page, Record, RecordKey,
-    Reservation, Resolution, Store, StoreError, Token,
+    RecordKeyRef, Reservation, Resolution, Store, StoreError, Token,
 };
 use crate::Fingerprint;
 
@@ -129,12 +129,12 @@ impl Records {
         self.hasher.hash_one((tenant, key))
     }
 
-    fn get_mut(&mut self, key: &RecordKey) -> Option<&mut Node> {
-        self.get_mut_at(self.hash(&key.tenant, &key.key), key)
+    fn get_mut(&mut self, key: RecordKeyRef<'_>) -> Option<&mut Node> {
+        self.get_mut_at(self.hash(key.tenant, key.key), key)
     }
 
     /// The record under `key`, whose hash is `hash`, to change.
-    fn get_mut_at(&mut self, hash: u64, key: &RecordKey) -> Option<&mut Node> {
+    fn get_mut_at(&mut self, hash: u64, key: RecordKeyRef<'_>) -> Option<&mut Node> {
         self.table
             .find_mut(hash, |node| node.hash == hash && node.is(key))
             .map(|node| &mut **node)
@@ -145,7 +145,7 @@ impl Records {
         let hash = self.hash(&key.tenant, &key.key);
         match self
             .table
-            .find_entry(hash, |node| node.hash == hash && node.is(key))
+            .find_entry(hash, |node| node.hash == hash && node.is(key.borrowed()))
         {
             Ok(entry) if judge(entry.get()) => {
                 entry.remove();
@@ -184,7 +184,7 @@ impl Records {
         let hash = self.hash(&key.tenant, &key.key);
         let node = self
             .table
-            .find_mut(hash, |node| node.hash == hash && node.is(key));
+            .find_mut(hash, |node| node.hash == hash && node.is(key.borrowed()));
         let Some(node) = node.map(|node| &mut **node).filter(|node| judge(node)) else {
             return false;
         };
@@ -318,7 +318,7 @@ impl Node {
         self.read = None;
     }
 
-    fn is(&self, key: &RecordKey) -> bool {
+    fn is(&self, key: RecordKeyRef<'_>) -> bool {
         self.tenant() == key.tenant && self.key() == key.key
     }
 
@@ -357,13 +357,8 @@ impl Node {
     /// copied from the reading kept by an earlier call, if there is one; else read from its
     /// text, and that reading kept when the text is short and shallow enough.
     fn record(&mut self, key: &RecordKey, now_ms: i64) -> Result<Record, StoreError> {
-        if let (State::Completed, Some(read)) = (self.state, &self.read) {
-            return Ok(Record::Completed {
-                fingerprint: self.fingerprint,
-                outcome: Outcome::clone(read),
-                completed_at: from_millis(self.completed_at_ms),
-                expires_at: from_millis(self.expires_at_ms),
-            });
+        if let Some(record) = self.kept_record() {
+            return Ok(record);
         }
         let record = self.fields().to_record(key, now_ms)?;
         if let Record::Completed { outcome, .. } = &record {
@@ -373,6 +368,21 @@ impl Node {
             }
         }
         Ok(record)
+    }
+
+    /// The completed record, its outcome copied from the reading kept by an earlier read; none
+    /// when no reading is kept.
+    fn kept_record(&self) -> Option<Record> {
+        let read = self
+            .read
+            .as_ref()
+            .filter(|_| self.state == State::Completed)?;
+        Some(Record::Completed {
+            fingerprint: self.fingerprint,
+            outcome: Outcome::clone(read),
+            completed_at: from_millis(self.completed_at_ms),
+            expires_at: from_millis(self.expires_at_ms),
+        })
     }
 
     fn fields(&self) -> Fields<'_> {
@@ -446,7 +456,7 @@ impl MemoryStore {
     #[doc(hidden)]
     pub fn __corrupt(&self, key: &RecordKey) {
         self.with(|records, _| {
-            if let Some(node) = records.get_mut(key) {
+            if let Some(node) = records.get_mut(key.borrowed()) {
                 node.hold_text("{not json");
             }
         })
@@ -471,7 +481,7 @@ impl Store for MemoryStore {
     ) -> Result<Reservation, StoreError> {
         self.with(|records, now| {
             let hash = records.hash(&key.tenant, &key.key);
-            if let Some(node) = records.get_mut_at(hash, key) {
+            if let Some(node) = records.get_mut_at(hash, key.borrowed()) {
                 if !node.expired(now) {
                     return Ok(Reservation::Existing(node.record(key, now)?));
                 }
@@ -488,14 +498,16 @@ impl Store for MemoryStore {
         })
     }
 
-    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+    fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
         self.with(|records, now| {
             let node = records.get_mut(key)?;
             if node.state != State::Completed || node.expired(now) {
                 return None;
             }
-            // A record that cannot be read is left to `reserve`, which reports it.
-            node.record(key, now).ok()
+            // Read once, then copied: only the first read needs a key of its own. A record
+            // that cannot be read is left to `reserve`, which reports it.
+            node.kept_record()
+                .or_else(|| node.record(&key.to_owned(), now).ok())
         })
     }
 
@@ -522,7 +534,7 @@ impl Store for MemoryStore {
         token: &Token,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        self.with(|records, now| match records.get_mut(key) {
+        self.with(|records, now| match records.get_mut(key.borrowed()) {
             Some(node) if node.held_by(token) => {
                 node.lease_until_ms = now.saturating_add(span_ms(lease));
                 Ok(true)
@@ -532,7 +544,7 @@ impl Store for MemoryStore {
     }
 
     async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.with(|records, _| match records.get_mut(key) {
+        self.with(|records, _| match records.get_mut(key.borrowed()) {
             Some(node) if node.held_by(token) => {
                 node.state = State::Unknown;
                 Ok(true)
@@ -547,7 +559,7 @@ impl Store for MemoryStore {
         stale: &Token,
         lease: Duration,
     ) -> Result<Option<Token>, StoreError> {
-        self.with(|records, now| match records.get_mut(key) {
+        self.with(|records, now| match records.get_mut(key.borrowed()) {
             Some(node) if node.token() == stale.as_str() && node.stale(now) => {
                 let token = Token::generate();
                 node.set_token(&token)?;
@@ -561,7 +573,7 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.with(|records, now| match records.get_mut(key) {
+        self.with(|records, now| match records.get_mut(key.borrowed()) {
             Some(node) if !node.expired(now) => node.record(key, now).map(Some),
             _ => Ok(None),
         })
@@ -721,7 +733,7 @@ mod tests {
 
     /// The outcome a replay of `key` reads from memory.
     fn replayed(store: &MemoryStore, key: &RecordKey) -> Option<Outcome> {
-        match store.completed_here(key)? {
+        match store.completed_here(key.borrowed())? {
             Record::Completed { outcome, .. } => Some(outcome),
             other => panic!("not completed: {other:?}"),
         }
@@ -830,7 +842,11 @@ mod tests {
 
     /// Whether `key`'s record keeps a reading of its outcome.
     fn kept(store: &MemoryStore, key: &RecordKey) -> bool {
-        store.with(|records, _| records.get_mut(key).is_some_and(|node| node.read.is_some()))
+        store.with(|records, _| {
+            records
+                .get_mut(key.borrowed())
+                .is_some_and(|node| node.read.is_some())
+        })
     }
 
     /// A result `depth` levels of arrays deep.
@@ -885,7 +901,12 @@ mod tests {
             }
             // The text changes under the kept reading (as disk damage would): every read
             // reads the text again and reports it.
-            store.with(|records, _| records.get_mut(&key).unwrap().hold_text("{not json"));
+            store.with(|records, _| {
+                records
+                    .get_mut(key.borrowed())
+                    .unwrap()
+                    .hold_text("{not json")
+            });
             assert_eq!(
                 replayed(&store, &key),
                 None,

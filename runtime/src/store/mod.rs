@@ -67,6 +67,52 @@ impl RecordKey {
             key: key.into(),
         }
     }
+
+    /// The same key, borrowed.
+    pub fn borrowed(&self) -> RecordKeyRef<'_> {
+        RecordKeyRef {
+            tenant: &self.tenant,
+            key: &self.key,
+        }
+    }
+}
+
+/// A [`RecordKey`] borrowed from wherever its tenant and key are held, for a lookup that should
+/// not copy them ([`Store::completed_here`]: a replay answered from memory builds no key).
+///
+/// It hashes as the [`RecordKey`] it names does, and is [`quick_cache::Equivalent`] to it, so a
+/// map keyed by [`RecordKey`] can be searched with it.
+///
+/// ```
+/// use toolkey::store::{RecordKey, RecordKeyRef};
+///
+/// let owned = RecordKey::new("acme-corp", "invoice:acme:2026-11");
+/// assert_eq!(owned.borrowed(), RecordKeyRef::new("acme-corp", "invoice:acme:2026-11"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordKeyRef<'a> {
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The normalized idempotency key.
+    pub key: &'a str,
+}
+
+impl<'a> RecordKeyRef<'a> {
+    /// A borrowed record key for a tenant and a key.
+    pub fn new(tenant: &'a str, key: &'a str) -> Self {
+        RecordKeyRef { tenant, key }
+    }
+
+    /// The same key, owned.
+    pub fn to_owned(self) -> RecordKey {
+        RecordKey::new(self.tenant, self.key)
+    }
+}
+
+impl quick_cache::Equivalent<RecordKey> for RecordKeyRef<'_> {
+    fn equivalent(&self, key: &RecordKey) -> bool {
+        self.tenant == key.tenant && self.key == key.key
+    }
 }
 
 /// The fencing token of one reservation: only its holder may complete, release, renew or mark it.
@@ -462,7 +508,7 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Only completed records are asked for: their outcome is final, so one read here is the
     /// record `reserve` would return.
-    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+    fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
         let _ = key;
         None
     }
@@ -603,7 +649,7 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         fn clear_failures<'k>(&'s self, key: &'k RecordKey) -> ();
     }
 
-    fn completed_here(&self, key: &RecordKey) -> Option<Record> {
+    fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
         (**self).completed_here(key)
     }
 }
@@ -612,6 +658,43 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A borrowed key finds what its owned key was stored under, in any map hashed by the
+    /// standard hashers (the local cache's among them), and only that.
+    #[test]
+    fn a_borrowed_record_key_hashes_and_compares_as_the_owned_one() {
+        use quick_cache::Equivalent;
+        use std::hash::BuildHasher;
+        let pairs = [
+            ("acme", "invoice:acme:2026-11"),
+            ("ab", "c"),
+            ("a", "bc"),
+            ("", ""),
+        ];
+        let hashers = (
+            std::collections::hash_map::RandomState::new(),
+            hashbrown::DefaultHashBuilder::default(),
+        );
+        for (tenant, key) in pairs {
+            let owned = RecordKey::new(tenant, key);
+            let borrowed = owned.borrowed();
+            assert_eq!(borrowed, RecordKeyRef::new(tenant, key));
+            assert_eq!(borrowed.to_owned(), owned);
+            assert_eq!(hashers.0.hash_one(&owned), hashers.0.hash_one(borrowed));
+            assert_eq!(hashers.1.hash_one(&owned), hashers.1.hash_one(borrowed));
+            for (other_tenant, other_key) in pairs {
+                let same = (other_tenant, other_key) == (tenant, key);
+                assert_eq!(
+                    borrowed.equivalent(&RecordKey::new(other_tenant, other_key)),
+                    same
+                );
+            }
+        }
+        let cache = quick_cache::sync::Cache::<RecordKey, u32>::new(16);
+        cache.insert(RecordKey::new("ab", "c"), 1);
+        assert_eq!(cache.get(&RecordKeyRef::new("ab", "c")), Some(1));
+        assert_eq!(cache.get(&RecordKeyRef::new("a", "bc")), None);
+    }
 
     /// A result's stored text is read by a shorter way than the full one: both must agree on
     /// every text, those `to_stored` writes and those it never would.
