@@ -165,7 +165,12 @@ impl KeyPartWriter<'_> {
     /// Text that is normalized: trimmed and NFC; lowercased too where the parameter is
     /// `#[arg(key = "case_insensitive")]`.
     pub fn text(&mut self, text: &str) {
-        let text = text.trim();
+        self.untrimmed(text.trim())
+    }
+
+    /// [`text`](Self::text) without the trim: for a value whose white space is the value (a
+    /// `char`: trimmed, every white-space character would be the same empty part).
+    fn untrimmed(&mut self, text: &str) {
         if text.is_ascii() {
             if self.plain(text) {
                 let start = self.buf.len();
@@ -264,8 +269,10 @@ canonical_parts!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize,
 
 impl KeyPart for char {
     fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
+        // Not trimmed: ' ' and '\u{3000}' are two values, and a control character ('\t')
+        // must reach the check that refuses it rather than vanish.
         let mut buf = [0u8; 4];
-        out.text(self.encode_utf8(&mut buf))
+        out.untrimmed(self.encode_utf8(&mut buf))
     }
 }
 
@@ -457,6 +464,39 @@ mod tests {
         let mut b = KeyBuilder::new("refund:", "");
         b.ctx_part("run\u{0}", "run_id");
         assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
+    }
+
+    /// A `char` is its own value: white-space characters are distinct parts, not all the empty
+    /// one, a control character is refused, and a char is composed and folded as text is.
+    #[test]
+    fn chars_are_not_trimmed() {
+        let seat = |letter: char, fold: bool| {
+            let mut b = KeyBuilder::new("seat:", "");
+            if fold {
+                b.part_case_insensitive(&letter, "letter");
+            } else {
+                b.part(&letter, "letter");
+            }
+            b.finish()
+        };
+        let spaces = [' ', '\u{a0}', '\u{3000}', '\u{2009}'];
+        let keys: std::collections::HashSet<String> = spaces
+            .iter()
+            .map(|&c| seat(c, false).unwrap().as_str().to_owned())
+            .collect();
+        assert_eq!(keys.len(), spaces.len(), "{keys:?}");
+        assert_eq!(seat(' ', false).unwrap().as_str(), "seat: ");
+        for bad in ['\t', '\n', '\u{0}', '\u{85}'] {
+            let err = seat(bad, false).unwrap_err();
+            assert!(err.is(ErrorCode::InvalidArguments), "{bad:?}: {err}");
+        }
+        assert_eq!(seat('A', true).unwrap(), seat('a', true).unwrap());
+        assert_ne!(seat('A', false).unwrap(), seat('a', false).unwrap());
+        // U+212B ANGSTROM SIGN composes to U+00C5, as it would inside text.
+        assert_eq!(
+            seat('\u{212b}', false).unwrap(),
+            seat('\u{c5}', false).unwrap()
+        );
     }
 
     /// ASCII values copied whole are written exactly as the character-by-character rule writes
