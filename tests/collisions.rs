@@ -582,7 +582,101 @@ async fn the_status_tool_takes_the_same_arguments_as_its_tool() {
         cents["description"]
             .as_str()
             .unwrap()
-            .contains("Ignored by `refund_status`"),
+            .contains("Not part of `refund_status`'s key"),
         "{schema}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 12. A status answer is the record of the call its arguments describe, or says it is not.
+
+/// Charges an order's payment.
+#[tool(idempotent(key = "payment:<order>", status = "take_payment_status"))]
+async fn take_payment(out: State<Outside>, order: String, cents: i64) -> Result<String, ToolError> {
+    Ok(format!("pay-{}-{order}-{cents}", out.act("payment:take")))
+}
+
+/// Refunds an order's payment: the same key template, another action.
+#[tool(idempotent(key = "payment:<order>", status = "return_payment_status"))]
+async fn return_payment(
+    out: State<Outside>,
+    order: String,
+    cents: i64,
+) -> Result<String, ToolError> {
+    Ok(format!("ret-{}-{order}-{cents}", out.act("payment:return")))
+}
+
+#[tokio::test]
+async fn a_status_call_for_another_actions_record_says_conflict_not_completed() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(TakePayment)
+        .tool(ReturnPayment)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "cents": 500});
+    let taken = tb.call("take_payment", args.clone(), &ctx()).await.unwrap();
+    // The refund is refused, and its message does not claim a refund ran.
+    let err = tb
+        .call("return_payment", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert!(err.message().contains("another tool"), "{err}");
+    // Its status, asked with the refund's own arguments, does not say it completed.
+    let status = tb
+        .call("return_payment_status", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "conflict", "{}", status.value);
+    assert!(status.value.get("result").is_none(), "{}", status.value);
+    let detail = status.value["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("has not run with these arguments"),
+        "{detail}"
+    );
+    // The charge's own status, and a charge of another amount.
+    let own = tb
+        .call("take_payment_status", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(own.value["status"], "completed");
+    assert_eq!(own.value["result"], taken.value);
+    assert!(
+        own.value.get("note").is_none(),
+        "all arguments were compared: {}",
+        own.value
+    );
+    let other_amount = json!({"order": "o-1", "cents": 999});
+    let err = tb
+        .call("take_payment", other_amount.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Conflict));
+    let status = tb
+        .call("take_payment_status", other_amount, &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "conflict", "{}", status.value);
+    // Only the key given: the key's record is answered, and said to be checked by key alone.
+    let by_key = tb
+        .call("return_payment_status", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(by_key.value["status"], "completed");
+    let note = by_key.value["note"].as_str().unwrap();
+    assert!(note.contains("only the key was checked"), "{note}");
+    // Nothing asked about yet: not found, with or without every argument.
+    for args in [json!({"order": "o-2", "cents": 1}), json!({"order": "o-2"})] {
+        let none = tb
+            .call("return_payment_status", args, &ctx())
+            .await
+            .unwrap();
+        assert_eq!(none.value, json!({"status": "not_found"}));
+    }
+    assert_eq!(
+        (out.count("payment:take"), out.count("payment:return")),
+        (1, 0)
     );
 }

@@ -97,7 +97,8 @@ fn status_companion_requires_the_key_fields_and_accepts_the_rest() {
         .as_str()
         .unwrap();
     assert!(
-        amount.starts_with("Amount in EUR.") && amount.contains("Ignored by `invoice_status`"),
+        amount.starts_with("Amount in EUR.")
+            && amount.contains("Not part of `invoice_status`'s key"),
         "{amount}"
     );
     assert_eq!(status.input_schema()["additionalProperties"], json!(false));
@@ -289,16 +290,16 @@ fn a_status_companion_built_from_its_target_is_the_one_its_derived_struct_gives(
     assert_eq!(schema["properties"]["speed"]["title"], "Speed");
     assert_eq!(
         schema["properties"]["speed"]["description"],
-        "How fast it travels.\n\nIgnored by `plain_order_status`: accepted so that the arguments of a `plain_order` call can be passed as they are."
+        "How fast it travels.\n\nNot part of `plain_order_status`'s key: accepted so that the arguments of a `plain_order` call can be passed as they are; given all of them, `plain_order_status` checks that the key's record is that call's."
     );
     assert_eq!(
         schema["properties"]["tags"]["description"],
-        "Ignored by `plain_order_status`: accepted so that the arguments of a `plain_order` call can be passed as they are."
+        "Not part of `plain_order_status`'s key: accepted so that the arguments of a `plain_order` call can be passed as they are; given all of them, `plain_order_status` checks that the key's record is that call's."
     );
     assert!(schema["properties"]["gift"]["description"]
         .as_str()
         .unwrap()
-        .starts_with("Trailing spaces stay inside.   \n\nIgnored"));
+        .starts_with("Trailing spaces stay inside.   \n\nNot part of"));
     assert_eq!(
         schema["properties"]["lines"]["items"]["$ref"],
         "#/$defs/Line"

@@ -311,7 +311,7 @@ pub(crate) fn conflict(def: Named<'_>, finished: bool) -> ToolError {
     ToolError::new(
         ErrorCode::Conflict,
         format!(
-            "a `{}` call for the same key {when} with different arguments; this call would be a second, different action under the same key",
+            "another action {when} under this call's key: a `{}` call with different arguments, or a call of another tool that builds the same key; this call would be a second, different action under that key",
             def.tool
         ),
     )
@@ -550,7 +550,23 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 /// The description of `target`'s status companion, written here once, not in every expansion.
 pub(crate) fn status_description(target: &str) -> String {
     format!(
-        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error) or unknown. Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
+        "Read-only. Tells whether `{target}` already ran for these values and what it returned: not_found, in_progress, completed (with its result), failed (with its error), unknown, or conflict (another action holds the key: these values did not run). Call it with the same arguments as the `{target}` call when that call timed out or its outcome is unclear, before calling `{target}` again."
+    )
+}
+
+/// A status answer's detail when the key's record was made by another action than the one the
+/// arguments describe.
+pub(crate) fn status_conflict(target: &str) -> String {
+    format!(
+        "another action holds this key (a `{target}` call with other arguments, or a call of another tool that builds the same key): `{target}` has not run with these arguments, and a `{target}` call with them is refused with CONFLICT"
+    )
+}
+
+/// A status answer's note when the arguments named the key but not a whole call, so the record
+/// could not be checked against them.
+pub(crate) fn status_key_only(target: &str) -> String {
+    format!(
+        "only the key was checked: give every argument of the `{target}` call to learn whether this record is that call's, not another action's under the same key"
     )
 }
 

@@ -435,8 +435,20 @@ impl Toolbox {
                     telemetry,
                     ..
                 } = &**status;
+                // Arguments that make a whole call of the target are checked against the
+                // record's fingerprint: a record another action left under the key is not
+                // these arguments' outcome. Arguments that name only the key cannot be.
+                let fingerprint = match self.inner.entries.get(target.as_str()) {
+                    Some(Entry::Tool(registered)) => registered
+                        .tool
+                        .prepare(&args, ctx)
+                        .ok()
+                        .and_then(|call| call.fingerprint),
+                    _ => None,
+                };
                 let exec = &self.inner.exec;
-                exec.status(telemetry, target, key, args, ctx).await
+                exec.status(telemetry, target, key, args, fingerprint, ctx)
+                    .await
             }
             None => Err(self.unknown_tool(name)),
         }

@@ -282,8 +282,9 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 }
                 // The companion takes its target's whole argument set, so "call the status tool
                 // with the same arguments" works as written: the key fields as the target has
-                // them, every other field accepted whatever it holds, ignored, and said so.
-                let ignored_doc = format!(" Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.", status = status);
+                // them, every other field accepted whatever it holds and said so (the toolbox
+                // checks a whole call's arguments against the record's fingerprint).
+                let ignored_doc = format!(" Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.", status = status);
                 let fields = tool.model_params().map(|p| {
                     let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
                     if key_params.iter().any(|k| k.ident == p.ident) {
@@ -401,7 +402,7 @@ fn plain_status(
     if !tool.model_params().all(plain) {
         return None;
     }
-    let note = format!("Ignored by `{status}`: accepted so that the arguments of a `{name}` call can be passed as they are.");
+    let note = format!("Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.");
     let mut ignored = Vec::new();
     for p in tool.model_params().filter(|p| !is_key(p)) {
         // The docs as the derived struct's field has them: the field's, an empty line, the note.

@@ -42,7 +42,7 @@ use crate::store::{Outcome, Record, RecordKey, RecordKeyRef, Store, StoreError};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{Call, Invocation, KeyFn, Tool, ToolDefinition};
-use crate::{IdempotencyKey, ToolContext, ToolError};
+use crate::{Fingerprint, IdempotencyKey, ToolContext, ToolError};
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use limits::{Limit, Limits, Slot, Tally};
@@ -465,19 +465,21 @@ impl Executor {
 
     /// A status companion's answer: what the store holds, in the caller's tenant, for the key
     /// `key` derives from `args`. `status` names the companion, `target` its tool, for the spans
-    /// and logs.
+    /// and logs; `fingerprint` is the one a call of `target` with `args` would hold, when the
+    /// arguments make a whole call (else the record is answered for the key alone).
     pub(crate) async fn status(
         &self,
         status: &Arc<ToolTelemetry>,
         target: &str,
         key: &KeyFn,
         args: Value,
+        fingerprint: Option<Fingerprint>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let observed = self.observe(status, Story::ReadOnly, ctx);
         let answer = match key(args, ctx) {
             Ok(key) => {
-                let read = self.read_status(status.name(), target, &key, ctx);
+                let read = self.read_status(status.name(), target, &key, fingerprint, ctx);
                 observed.scope(read).await
             }
             Err(err) => Err(err),
@@ -491,6 +493,7 @@ impl Executor {
         status: &str,
         target: &str,
         key: &IdempotencyKey,
+        fingerprint: Option<Fingerprint>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         observe::key(key.as_str());
@@ -499,7 +502,17 @@ impl Executor {
             .await
             .map_err(StoreError::refusal)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();
-        let value = match record {
+        let compared = match (&record, fingerprint) {
+            (Some(record), Some(fingerprint)) if *record.fingerprint() != fingerprint => {
+                tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered: another action's record");
+                return Ok(ToolOutput {
+                    value: json!({"status": "conflict", "detail": texts::status_conflict(target)}),
+                    replayed: false,
+                });
+            }
+            (_, compared) => compared.is_some(),
+        };
+        let mut value = match record {
             None => json!({"status": "not_found"}),
             Some(Record::InProgress { since, .. }) => {
                 json!({"status": "in_progress", "since": time(since)})
@@ -520,6 +533,9 @@ impl Executor {
                 json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
             }
         };
+        if !compared && value["status"] != "not_found" {
+            value["note"] = json!(texts::status_key_only(target));
+        }
         tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered");
         Ok(ToolOutput {
             value,
