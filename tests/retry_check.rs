@@ -97,7 +97,7 @@ async fn charge_monthly(
 }
 
 /// Charge an order: the key holds the note, free text the model rewords.
-#[tool(idempotent(key = "charge:<order>:<note>"))]
+#[tool(idempotent(key = "charge-noted:<order>:<note>"))]
 async fn charge_keyed_on_note(
     payments: State<Payments>,
     /// The order.
@@ -295,7 +295,7 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
         );
         assert_eq!(
             reason(&report, Reworded),
-            "did the work twice: the retry with your rewording (`note`) ran again; the key `charge:<order>:<note>` holds `note`, which the retry wrote otherwise, so it got a new key; keep free text out of the key and mark it `#[arg(ignore)]`"
+            "did the work twice: the retry with your rewording (`note`) ran again; the key `charge-noted:<order>:<note>` holds `note`, which the retry wrote otherwise, so it got a new key; keep free text out of the key and mark it `#[arg(ignore)]`"
         );
         // Without a recover hook a crash leaves one charge and an honest "unknown".
         let crash = report.row(Crash).unwrap();

@@ -20,6 +20,7 @@
 //! - **Steps**: a `ctx.once` step is keyed `<parent key>><step name>`; no tool key holds an
 //!   unescaped `>`.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
@@ -394,10 +395,262 @@ impl KeyBuilder {
     }
 }
 
+/// True when the key templates `a` and `b`, as written in `idempotent(key = ..)`, can build the
+/// same key from some values, and are not one template (the same text, placeholders' names
+/// aside), which two tools share on purpose to exclude each other. Each template alone is
+/// injective; two templates whose namespaces are one, or one a prefix of the other, need not
+/// be: `order:<id>` builds `order:o-1:line:2` for the id `o-1:line:2`, as `order:<id>:line:<line>`
+/// does for `o-1` and `2`.
+///
+/// Decided exactly over the keys' text (each template's literal pieces, and values written as
+/// [`KeyBuilder`] writes them: any text, each character the template escapes after a `\`), by
+/// walking the two templates side by side. It allows more values than some placeholders take
+/// (an integer's digits), so it may call two templates overlapping when their values never
+/// would; never the other way round. A hashed key (`hash = true`, or a key over 255 bytes) is
+/// its namespace, `#` and a hash of the rest, which two templates share only when the text they
+/// hash is one.
+pub(crate) fn templates_overlap(a: &str, b: &str) -> bool {
+    let (a, b) = (Shape::of(a), Shape::of(b));
+    if a.items == b.items {
+        return false;
+    }
+    // The characters that can tell the two apart, and one that stands for all others.
+    let mut alphabet: Vec<char> = [&a, &b]
+        .iter()
+        .flat_map(|shape| {
+            shape
+                .escaped
+                .iter()
+                .copied()
+                .chain(shape.items.iter().filter_map(|item| match item {
+                    Item::Char(c) => Some(*c),
+                    Item::Value => None,
+                }))
+        })
+        .collect();
+    let other = ('a'..='z')
+        .chain('0'..='9')
+        .chain(['\u{e000}'])
+        .find(|c| !alphabet.contains(c))
+        .expect("a template uses fewer than 37 characters");
+    alphabet.push(other);
+    alphabet.sort_unstable();
+    alphabet.dedup();
+
+    let start = (a.closure(vec![(0, false)]), b.closure(vec![(0, false)]));
+    let mut seen: HashSet<(At, At)> = HashSet::new();
+    let mut queue: Vec<(At, At)> = Vec::new();
+    for pair in pairs(&start.0, &start.1) {
+        if seen.insert(pair) {
+            queue.push(pair);
+        }
+    }
+    while let Some((at_a, at_b)) = queue.pop() {
+        if a.accepts(at_a) && b.accepts(at_b) {
+            return true;
+        }
+        for &c in &alphabet {
+            let next_a = a.closure(a.step(at_a, c));
+            if next_a.is_empty() {
+                continue;
+            }
+            let next_b = b.closure(b.step(at_b, c));
+            for pair in pairs(&next_a, &next_b) {
+                if seen.insert(pair) {
+                    queue.push(pair);
+                }
+            }
+        }
+    }
+    false
+}
+
+/// A place in a template's keys: the piece reached, and whether a value's `\` was just read.
+type At = (usize, bool);
+
+fn pairs(a: &[At], b: &[At]) -> Vec<(At, At)> {
+    a.iter()
+        .flat_map(|&x| b.iter().map(move |&y| (x, y)))
+        .collect()
+}
+
+#[derive(PartialEq, Eq)]
+enum Item {
+    Char(char),
+    Value,
+}
+
+/// A key template as the text of its keys: literal characters and values.
+struct Shape {
+    items: Vec<Item>,
+    /// What a value escapes: the marks, and the literal text after the namespace.
+    escaped: Vec<char>,
+}
+
+impl Shape {
+    fn of(template: &str) -> Shape {
+        let (mut items, mut in_value) = (Vec::new(), false);
+        for c in template.chars() {
+            match (in_value, c) {
+                (false, '<') => {
+                    in_value = true;
+                    items.push(Item::Value);
+                }
+                (true, '>') => in_value = false,
+                (true, _) => {}
+                (false, c) => items.push(Item::Char(c)),
+            }
+        }
+        let first_value = items
+            .iter()
+            .position(|i| *i == Item::Value)
+            .unwrap_or(items.len());
+        let mut escaped: Vec<char> = [ESCAPE, HASH_MARK, STEP_MARK, '<']
+            .into_iter()
+            .chain(items[first_value..].iter().filter_map(|item| match item {
+                Item::Char(c) => Some(*c),
+                Item::Value => None,
+            }))
+            .collect();
+        escaped.sort_unstable();
+        escaped.dedup();
+        Shape { items, escaped }
+    }
+
+    /// The places reached from `at` by reading `c`.
+    fn step(&self, (i, after_escape): At, c: char) -> Vec<At> {
+        match self.items.get(i) {
+            Some(Item::Value) if after_escape => {
+                if self.escaped.contains(&c) {
+                    vec![(i, false)]
+                } else {
+                    vec![]
+                }
+            }
+            Some(Item::Value) if c == ESCAPE => vec![(i, true)],
+            Some(Item::Value) if !self.escaped.contains(&c) && !c.is_control() => vec![(i, false)],
+            Some(Item::Char(l)) if *l == c && !after_escape => vec![(i + 1, false)],
+            _ => vec![],
+        }
+    }
+
+    /// `at` and the places a value may end at.
+    fn closure(&self, mut at: Vec<At>) -> Vec<At> {
+        let mut k = 0;
+        while k < at.len() {
+            let (i, after_escape) = at[k];
+            if !after_escape
+                && self.items.get(i) == Some(&Item::Value)
+                && !at.contains(&(i + 1, false))
+            {
+                at.push((i + 1, false));
+            }
+            k += 1;
+        }
+        at
+    }
+
+    fn accepts(&self, (i, after_escape): At) -> bool {
+        i == self.items.len() && !after_escape
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ErrorCode;
+
+    #[test]
+    fn templates_that_can_build_one_key_are_found() {
+        let overlap = [
+            ("order:<id>", "order:<id>:line:<line>"),
+            ("invoice:<customer>", "invoice:<customer>:<period>"),
+            ("inv:<a>", "inv:x<b>"),
+            ("pair:<a>x<b>", "pair:<a>"),
+            ("ord:<a>", "ord:x:<b>"),
+            ("a:<x>:<y>", "a:<x>-<y>"),
+        ];
+        for (a, b) in overlap {
+            assert!(templates_overlap(a, b), "{a} / {b}");
+            assert!(templates_overlap(b, a), "{b} / {a}");
+        }
+        let apart = [
+            (
+                "invoice:<customer>:<period>",
+                "reminder:<customer>:<period>",
+            ),
+            ("order:<id>:cancel", "order:<id>:ship"),
+            ("charge:<order>", "refund:<order>"),
+            ("payment:<order>", "payment:<order>"),
+            ("payment:<order>", "payment:<id>"),
+            ("ship:<order>", "ship-plain:<order>"),
+            ("a:<x>:<y>:z", "a:<x>:<y>:w"),
+        ];
+        for (a, b) in apart {
+            assert!(!templates_overlap(a, b), "{a} / {b}");
+            assert!(!templates_overlap(b, a), "{b} / {a}");
+        }
+    }
+
+    /// The walk misses no overlap: for templates of one or two parts, every key a search over
+    /// short values finds both building is one the walk reports.
+    #[test]
+    fn the_walk_agrees_with_a_search_over_values() {
+        let templates = [
+            "k:<a>",
+            "k:<a>:<b>",
+            "k:<a>x<b>",
+            "k:x<a>",
+            "k:<a>:x",
+            "k:<a>-<b>",
+            "k:<a>:<b>:",
+        ];
+        let values = ["", "x", ":", "-", "x:", ":x", "x-x", "a", "a:x", "x:a"];
+        let build = |template: &str, vals: &[&str]| -> Option<String> {
+            let shape = Shape::of(template);
+            let mut key = String::new();
+            let mut vals = vals.iter();
+            for item in &shape.items {
+                match item {
+                    Item::Char(c) => key.push(*c),
+                    Item::Value => {
+                        for c in vals.next()?.chars() {
+                            if shape.escaped.contains(&c) {
+                                key.push(ESCAPE);
+                            }
+                            key.push(c);
+                        }
+                    }
+                }
+            }
+            Some(key)
+        };
+        let keys = |template: &str| -> HashSet<String> {
+            let parts = Shape::of(template)
+                .items
+                .iter()
+                .filter(|i| **i == Item::Value)
+                .count();
+            let mut all = HashSet::new();
+            for a in values {
+                for b in values {
+                    if let Some(key) = build(template, &[a, b][..parts]) {
+                        all.insert(key);
+                    }
+                }
+            }
+            all
+        };
+        for a in templates {
+            for b in templates {
+                let found = a != b && !keys(a).is_disjoint(&keys(b));
+                assert!(
+                    !found || templates_overlap(a, b),
+                    "{a} / {b}: the search found a shared key"
+                );
+            }
+        }
+    }
 
     fn build(fold: bool, customer: &str, period: &str) -> Result<IdempotencyKey, ToolError> {
         let mut b = KeyBuilder::new("invoice:", ":");

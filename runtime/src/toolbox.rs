@@ -49,6 +49,24 @@ pub enum BuildError {
     /// `unkeyed` tools without an approver.
     #[error("tools {0:?} are `unkeyed` (effects without a key): give the toolbox an approver with .approver(..)")]
     NoApprover(Vec<String>),
+    /// Two tools' key templates can build one key from different values (`order:<id>` builds
+    /// `order:o-1:line:2` for the id `o-1:line:2`, as `order:<id>:line:<line>` does for `o-1`
+    /// and `2`): a call of one would be refused as the other's `CONFLICT`, or replayed its
+    /// result if the fingerprints matched. Tools that share one template exclude each other on
+    /// purpose and are not refused.
+    #[error("tools `{first}` (key `{first_template}`) and `{second}` (key `{second_template}`) can build the same key from different values, so one tool's call could be refused as the other's CONFLICT: give one of them a namespace of its own, the text before its first placeholder (for example `{renamed}`), or one template for both if they are meant to exclude each other")]
+    KeysMayCollide {
+        /// The tool registered first.
+        first: String,
+        /// Its key template.
+        first_template: String,
+        /// The tool registered second.
+        second: String,
+        /// Its key template.
+        second_template: String,
+        /// The second template with a namespace of its own (its tool's name), as an example.
+        renamed: String,
+    },
 }
 
 /// A tool as the toolbox holds it: the definition with this toolbox's overrides applied, and
@@ -281,6 +299,7 @@ impl ToolboxBuilder {
         if !unkeyed.is_empty() && self.approver.is_none() {
             return Err(BuildError::NoApprover(unkeyed));
         }
+        check_templates(&definitions)?;
         observe::describe();
         let mut exec = Executor::new(
             self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
@@ -495,4 +514,28 @@ impl Toolbox {
     pub(crate) fn no_such_tool(&self, message: String) -> ToolError {
         texts::no_such_tool(message, self.inner.definitions.iter().map(|d| d.name()))
     }
+}
+
+/// Refuses two tools whose key templates can build one key from different values.
+fn check_templates(definitions: &[ToolDefinition]) -> Result<(), BuildError> {
+    let keyed: Vec<(&str, &str)> = definitions
+        .iter()
+        .filter_map(|def| Some((def.name.as_str(), def.key_template()?)))
+        .collect();
+    for (n, &(first, first_template)) in keyed.iter().enumerate() {
+        for &(second, second_template) in &keyed[n + 1..] {
+            if crate::key::templates_overlap(first_template, second_template) {
+                let namespace = second_template.split('<').next().unwrap_or_default();
+                let renamed = format!("{second}:{}", &second_template[namespace.len()..]);
+                return Err(BuildError::KeysMayCollide {
+                    first: first.to_owned(),
+                    first_template: first_template.to_owned(),
+                    second: second.to_owned(),
+                    second_template: second_template.to_owned(),
+                    renamed,
+                });
+            }
+        }
+    }
+    Ok(())
 }
