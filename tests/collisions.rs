@@ -680,3 +680,130 @@ async fn a_status_call_for_another_actions_record_says_conflict_not_completed() 
         (1, 0)
     );
 }
+
+/// Where a parcel goes.
+#[toolkey::data]
+struct Address {
+    street: String,
+    city: String,
+}
+
+/// Ships an order to an address given field by field beside the order.
+#[tool(idempotent(key = "parcel:<order>"))]
+async fn ship_to(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] address: Address,
+) -> Result<String, ToolError> {
+    let n = out.act(format!("parcel:{order}"));
+    Ok(format!("parcel-{n}-{}-{}", address.street, address.city))
+}
+
+#[tokio::test]
+async fn a_status_tool_takes_its_tools_flattened_arguments_as_they_are() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ShipTo)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "street": "Main 1", "city": "Bonn"});
+    let shipped = tb.call("ship_to", args.clone(), &ctx()).await.unwrap();
+    let status = tb.call("ship_to_status", args, &ctx()).await.unwrap();
+    assert_eq!(status.value["status"], "completed", "{}", status.value);
+    assert_eq!(status.value["result"], shipped.value);
+    // Another address under the same order is another action, and said so.
+    let elsewhere = json!({"order": "o-1", "street": "Side 2", "city": "Bonn"});
+    let status = tb.call("ship_to_status", elsewhere, &ctx()).await.unwrap();
+    assert_eq!(status.value["status"], "conflict", "{}", status.value);
+    // The order alone is the key alone.
+    let by_key = tb
+        .call("ship_to_status", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(by_key.value["status"], "completed", "{}", by_key.value);
+    assert!(by_key.value["note"].is_string(), "{}", by_key.value);
+    let schema = tb
+        .definition("ship_to_status")
+        .unwrap()
+        .input_schema()
+        .clone();
+    assert_eq!(schema["required"], json!(["order"]), "{schema}");
+    assert_eq!(out.count("parcel:"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. Two templates that could build one key do not share a toolbox.
+
+/// Cancels a whole order.
+#[tool(idempotent(key = "order:<id>", status = false))]
+async fn cancel_order(out: State<Outside>, id: String) -> Result<String, ToolError> {
+    Ok(format!("co-{}", out.act(format!("cancel-order:{id}"))))
+}
+
+/// Cancels one line of an order, under the order's namespace.
+#[tool(idempotent(key = "order:<id>:line:<line>", status = false))]
+async fn cancel_line(out: State<Outside>, id: String, line: u32) -> Result<String, ToolError> {
+    Ok(format!(
+        "cl-{}",
+        out.act(format!("cancel-line:{id}:{line}"))
+    ))
+}
+
+/// Cancels one line of an order, under a namespace of its own.
+#[tool(idempotent(key = "order-line:<id>:<line>", status = false))]
+async fn cancel_order_line(
+    out: State<Outside>,
+    id: String,
+    line: u32,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "cl-{}",
+        out.act(format!("cancel-line:{id}:{line}"))
+    ))
+}
+
+#[tokio::test]
+async fn templates_that_can_build_one_key_are_refused_at_build() {
+    // `order:<id>` builds `order:o-1:line:2` for the id `o-1:line:2`, as the line's template
+    // does for `o-1` and 2: the line's cancel would be refused as the order's CONFLICT.
+    let out = Arc::new(Outside::default());
+    let err = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(CancelOrder)
+        .tool(CancelLine)
+        .build()
+        .err()
+        .expect("the toolbox was built");
+    assert_eq!(
+        err,
+        toolkey::BuildError::KeysMayCollide {
+            first: "cancel_order".into(),
+            first_template: "order:<id>".into(),
+            second: "cancel_line".into(),
+            second_template: "order:<id>:line:<line>".into(),
+            renamed: "cancel_line:<id>:line:<line>".into(),
+        }
+    );
+    let text = err.to_string();
+    assert!(text.contains("namespace of its own"), "{text}");
+    // With a namespace of its own, each call is its own action.
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(CancelOrder)
+        .tool(CancelOrderLine)
+        .build()
+        .unwrap();
+    tb.call("cancel_order", json!({"id": "o-1:line:2"}), &ctx())
+        .await
+        .unwrap();
+    let line = tb
+        .call("cancel_order_line", json!({"id": "o-1", "line": 2}), &ctx())
+        .await
+        .unwrap();
+    assert!(!line.replayed);
+    assert_eq!(
+        (out.count("cancel-order:"), out.count("cancel-line:")),
+        (1, 1)
+    );
+}
