@@ -739,6 +739,25 @@ mod tests {
         }
     }
 
+    /// A replay, `get` and `reserve` of completed `key` each answer `outcome`.
+    async fn reads_answer(store: &MemoryStore, key: &RecordKey, outcome: &Outcome) {
+        assert_eq!(replayed(store, key).as_ref(), Some(outcome));
+        let Some(Record::Completed { outcome: got, .. }) = store.get(key).await.unwrap() else {
+            panic!("not completed");
+        };
+        assert_eq!(&got, outcome);
+        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
+        match store
+            .reserve(key, "tool", &fp, &Token::generate(), LEASE)
+            .await
+        {
+            Ok(Reservation::Existing(Record::Completed { outcome: got, .. })) => {
+                assert_eq!(&got, outcome)
+            }
+            other => panic!("not the completed record: {other:?}"),
+        }
+    }
+
     /// A completed record's outcome text follows its tenant, key and token in one allocation:
     /// every read (a replay, `get`, `reserve`, `list`) answers the outcome recorded, whatever
     /// its text holds, and the record's token is read apart from it.
@@ -759,27 +778,12 @@ mod tests {
                     .with_suggestion("ask for another card"),
             ),
         ];
-        let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         for (n, outcome) in outcomes.iter().enumerate() {
             let key = RecordKey::new("shop", format!("k-{n}"));
             let token = reserved(&store, &key).await;
             assert!(store.complete(&key, &token, outcome, RETAIN).await.unwrap());
             for _ in 0..2 {
-                assert_eq!(replayed(&store, &key).as_ref(), Some(outcome));
-            }
-            let Some(Record::Completed { outcome: got, .. }) = store.get(&key).await.unwrap()
-            else {
-                panic!("not completed");
-            };
-            assert_eq!(&got, outcome);
-            match store
-                .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
-                .await
-            {
-                Ok(Reservation::Existing(Record::Completed { outcome: got, .. })) => {
-                    assert_eq!(&got, outcome)
-                }
-                other => panic!("not the completed record: {other:?}"),
+                reads_answer(&store, &key, outcome).await;
             }
             let filter = Filter {
                 key: Some(key.key.clone()),
@@ -882,21 +886,7 @@ mod tests {
             assert!(store.complete(&key, &token, outcome, RETAIN).await.unwrap());
             assert!(!kept(&store, &key), "kept before any read");
             for _ in 0..3 {
-                assert_eq!(replayed(&store, &key).as_ref(), Some(outcome));
-                let Some(Record::Completed { outcome: got, .. }) = store.get(&key).await.unwrap()
-                else {
-                    panic!("not completed");
-                };
-                assert_eq!(&got, outcome);
-                match store
-                    .reserve(&key, "tool", &fp, &Token::generate(), LEASE)
-                    .await
-                {
-                    Ok(Reservation::Existing(Record::Completed { outcome: got, .. })) => {
-                        assert_eq!(&got, outcome)
-                    }
-                    other => panic!("not the completed record: {other:?}"),
-                }
+                reads_answer(&store, &key, outcome).await;
                 assert_eq!(kept(&store, &key), *keeps, "case {n}");
             }
             // The text changes under the kept reading (as disk damage would): every read
