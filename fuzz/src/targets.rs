@@ -213,11 +213,24 @@ pub fn status_call(bytes: &[u8], tally: &Tally) {
                         Some("in_progress" | "unknown") => vec!["since", "status"],
                         Some("completed") => vec!["completed_at", "result", "status"],
                         Some("failed") => vec!["completed_at", "error", "status"],
+                        Some("conflict") => vec!["detail", "status"],
                         _ => panic!("`{status}` answered {value}"),
                     };
+                    // A record found with only the key checked says so in a note.
+                    let noted = value.get("note").is_some_and(Value::is_string);
+                    assert!(
+                        !noted
+                            || !matches!(value["status"].as_str(), Some("not_found" | "conflict")),
+                        "`{status}` answered {value}"
+                    );
                     let mut keys: Vec<&str> = value
                         .as_object()
-                        .map(|o| o.keys().map(String::as_str).collect())
+                        .map(|o| {
+                            o.keys()
+                                .map(String::as_str)
+                                .filter(|k| *k != "note")
+                                .collect()
+                        })
                         .unwrap_or_default();
                     keys.sort_unstable();
                     assert_eq!(keys, fields, "`{status}` answered {value}");
