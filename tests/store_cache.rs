@@ -256,3 +256,31 @@ async fn an_outcome_whose_reply_was_lost_is_read_from_the_store_not_guessed() {
         .unwrap();
     assert_eq!(store.inner().calls(Op::Reserve), 2);
 }
+
+/// A replay asks the cache with the call's tenant and key borrowed: it finds the entry kept
+/// under the owned key, and only that one, with nothing behind the cache that could answer.
+#[tokio::test]
+async fn a_borrowed_key_finds_its_cached_record_and_no_other() {
+    use toolkey::store::faults::{FaultyStore, Plan};
+    use toolkey::store::RecordKeyRef;
+    // The fault store answers no `completed_here` of its own: every answer is the cache's.
+    let store = CachedStore::new(
+        FaultyStore::new(MemoryStore::new(), Plan::script([])),
+        1 << 20,
+    );
+    let key = RecordKey::new("ab", "c");
+    finish(
+        &store,
+        &key,
+        Outcome::Ok(json!("ab's")),
+        Duration::from_secs(60),
+    )
+    .await;
+    match store.completed_here(key.borrowed()) {
+        Some(Record::Completed { outcome, .. }) => assert_eq!(outcome, Outcome::Ok(json!("ab's"))),
+        other => panic!("not answered from the cache: {other:?}"),
+    }
+    // The same text split otherwise is another tenant's key.
+    assert!(store.completed_here(RecordKeyRef::new("a", "bc")).is_none());
+    assert!(store.completed_here(RecordKeyRef::new("ab", "")).is_none());
+}

@@ -272,7 +272,7 @@ impl Executor {
                 if let Some(answer) = self.answer_here(&def, &call, here, observed) {
                     return answer;
                 }
-                Some(here.to_owned())
+                Some(RecordKey::from(here))
             }
             _ => None,
         };

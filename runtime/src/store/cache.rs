@@ -25,6 +25,17 @@ struct Cached {
     weight: u64,
 }
 
+/// A borrowed key, to find the entry of the [`RecordKey`] it names: it hashes as that key
+/// does (`RecordKeyRef` derives `Hash` over the same two strings in the same order).
+#[derive(Hash)]
+struct Lookup<'a>(RecordKeyRef<'a>);
+
+impl quick_cache::Equivalent<RecordKey> for Lookup<'_> {
+    fn equivalent(&self, key: &RecordKey) -> bool {
+        self.0.tenant == key.tenant && self.0.key == key.key
+    }
+}
+
 /// How many reservations in flight the cache remembers the fingerprints of.
 const RESERVATIONS: usize = 16 * 1024;
 
@@ -141,7 +152,8 @@ impl<S: Store> CachedStore<S> {
         self.cache.remove(key);
     }
 
-    /// The cached record of `key`, if it may still be served.
+    /// The cached record of `key` (a [`RecordKey`], or a [`Lookup`] of one), if it may still be
+    /// served.
     fn cached<Q>(&self, key: &Q) -> Option<Record>
     where
         Q: std::hash::Hash + quick_cache::Equivalent<RecordKey> + ?Sized,
@@ -283,7 +295,8 @@ impl<S: Store> Store for CachedStore<S> {
     }
 
     fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
-        self.cached(&key).or_else(|| self.inner.completed_here(key))
+        self.cached(&Lookup(key))
+            .or_else(|| self.inner.completed_here(key))
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {

@@ -507,7 +507,7 @@ impl Store for MemoryStore {
             // Read once, then copied: only the first read needs a key of its own. A record
             // that cannot be read is left to `reserve`, which reports it.
             node.kept_record()
-                .or_else(|| node.record(&key.to_owned(), now).ok())
+                .or_else(|| node.record(&RecordKey::from(key), now).ok())
         })
     }
 
