@@ -454,20 +454,16 @@ impl Toolbox {
                     telemetry,
                     ..
                 } = &**status;
-                // Arguments that make a whole call of the target are checked against the
-                // record's fingerprint: a record another action left under the key is not
-                // these arguments' outcome. Arguments that name only the key cannot be.
-                let fingerprint = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) => registered
-                        .tool
-                        .prepare(&args, ctx)
-                        .ok()
-                        .and_then(|call| call.fingerprint),
+                // Arguments that make a whole call of the target give its key and fingerprint,
+                // which the record is checked against: a record another action left under the
+                // key is not these arguments' outcome. Arguments that name only the key cannot
+                // be checked.
+                let whole = match self.inner.entries.get(target.as_str()) {
+                    Some(Entry::Tool(registered)) => registered.tool.prepare(&args, ctx).ok(),
                     _ => None,
                 };
                 let exec = &self.inner.exec;
-                exec.status(telemetry, target, key, args, fingerprint, ctx)
-                    .await
+                exec.status(telemetry, target, key, args, whole, ctx).await
             }
             None => Err(self.unknown_tool(name)),
         }

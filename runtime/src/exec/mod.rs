@@ -464,21 +464,26 @@ impl Executor {
     }
 
     /// A status companion's answer: what the store holds, in the caller's tenant, for the key
-    /// `key` derives from `args`. `status` names the companion, `target` its tool, for the spans
-    /// and logs; `fingerprint` is the one a call of `target` with `args` would hold, when the
-    /// arguments make a whole call (else the record is answered for the key alone).
+    /// of `args`. `status` names the companion, `target` its tool, for the spans and logs.
+    /// `whole` is the call of `target` that `args` make, when they make one: its key and
+    /// fingerprint are checked against the record. Otherwise `key` derives the key from `args`,
+    /// and the record is answered for the key alone.
     pub(crate) async fn status(
         &self,
         status: &Arc<ToolTelemetry>,
         target: &str,
         key: &KeyFn,
         args: Value,
-        fingerprint: Option<Fingerprint>,
+        whole: Option<Call>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let observed = self.observe(status, Story::ReadOnly, ctx);
-        let answer = match key(args, ctx) {
-            Ok(key) => {
+        let keyed = match whole.and_then(|call| Some((call.key?, call.fingerprint?))) {
+            Some((key, fingerprint)) => Ok((key, Some(fingerprint))),
+            None => key(args, ctx).map(|key| (key, None)),
+        };
+        let answer = match keyed {
+            Ok((key, fingerprint)) => {
                 let read = self.read_status(status.name(), target, &key, fingerprint, ctx);
                 observed.scope(read).await
             }
@@ -502,16 +507,16 @@ impl Executor {
             .await
             .map_err(StoreError::refusal)?;
         let time = |t| humantime::format_rfc3339_millis(t).to_string();
-        let compared = match (&record, fingerprint) {
-            (Some(record), Some(fingerprint)) if *record.fingerprint() != fingerprint => {
+        if let (Some(record), Some(fingerprint)) = (&record, &fingerprint) {
+            if record.fingerprint() != fingerprint {
                 tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered: another action's record");
                 return Ok(ToolOutput {
                     value: json!({"status": "conflict", "detail": texts::status_conflict(target)}),
                     replayed: false,
                 });
             }
-            (_, compared) => compared.is_some(),
-        };
+        }
+        let found = record.is_some();
         let mut value = match record {
             None => json!({"status": "not_found"}),
             Some(Record::InProgress { since, .. }) => {
@@ -533,7 +538,7 @@ impl Executor {
                 json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
             }
         };
-        if !compared && value["status"] != "not_found" {
+        if found && fingerprint.is_none() {
             value["note"] = json!(texts::status_key_only(target));
         }
         tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered");
