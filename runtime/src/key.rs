@@ -292,10 +292,14 @@ fn bit(b: u8) -> u128 {
     1u128.checked_shl(u32::from(b)).unwrap_or(0)
 }
 
+/// What every value escapes, whatever its template: the escape itself, the marks of hashed keys
+/// and steps, and the start of a placeholder.
+const MARKS: [char; 4] = [ESCAPE, HASH_MARK, STEP_MARK, '<'];
+
 /// The ASCII characters a value's text escapes: the marks, and those of `specials`, which
 /// also escapes characters beyond ASCII (see [`KeyPartWriter::escaped`]).
 fn escaped_ascii(specials: &str) -> u128 {
-    let marks = [ESCAPE, HASH_MARK, STEP_MARK, '<'].map(|c| bit(c as u8));
+    let marks = MARKS.map(|c| bit(c as u8));
     let specials = specials.bytes().filter(u8::is_ascii).map(bit);
     marks.into_iter().chain(specials).fold(0, |set, b| set | b)
 }
@@ -428,11 +432,9 @@ pub(crate) fn templates_overlap(a: &str, b: &str) -> bool {
                 }))
         })
         .collect();
-    let other = ('a'..='z')
-        .chain('0'..='9')
-        .chain(['\u{e000}'])
-        .find(|c| !alphabet.contains(c))
-        .expect("a template uses fewer than 37 characters");
+    let other = ('a'..=char::MAX)
+        .find(|c| !alphabet.contains(c) && !c.is_control())
+        .expect("two templates use fewer characters than there are");
     alphabet.push(other);
     alphabet.sort_unstable();
     alphabet.dedup();
@@ -505,7 +507,7 @@ impl Shape {
             .iter()
             .position(|i| *i == Item::Value)
             .unwrap_or(items.len());
-        let mut escaped: Vec<char> = [ESCAPE, HASH_MARK, STEP_MARK, '<']
+        let mut escaped: Vec<char> = MARKS
             .into_iter()
             .chain(items[first_value..].iter().filter_map(|item| match item {
                 Item::Char(c) => Some(*c),
@@ -574,6 +576,12 @@ mod tests {
             assert!(templates_overlap(a, b), "{a} / {b}");
             assert!(templates_overlap(b, a), "{b} / {a}");
         }
+        // A namespace that spells every letter and digit (and the first private-use character)
+        // leaves none of those to stand for the other characters: the walk finds one further on.
+        let every = "abcdefghijklmnopqrstuvwxyz0123456789\u{e000}";
+        let (short, long) = (format!("{every}:<a>"), format!("{every}:<a>:<b>"));
+        assert!(templates_overlap(&short, &long));
+        assert!(!templates_overlap(&short, &format!("{every}-x:<a>")));
         let apart = [
             (
                 "invoice:<customer>:<period>",
