@@ -732,6 +732,107 @@ async fn a_status_tool_takes_its_tools_flattened_arguments_as_they_are() {
     assert_eq!(out.count("parcel:"), 1);
 }
 
+/// Sends an order's notice, copied to `cc` when given: every argument outside the key has a
+/// default.
+#[tool(idempotent(key = "notice:<order>", status = "notice_status"))]
+async fn send_notice(
+    out: State<Outside>,
+    order: String,
+    cc: Option<String>,
+    #[serde(default)] urgent: bool,
+    #[arg(ignore)] memo: Option<String>,
+) -> Result<String, ToolError> {
+    let _ = memo;
+    let n = out.act(format!("notice:{order}"));
+    Ok(format!("notice-{n}-{}-{urgent}", cc.unwrap_or_default()))
+}
+
+#[tokio::test]
+async fn a_status_call_naming_only_the_key_is_not_a_call_with_the_defaults() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(SendNotice)
+        .build()
+        .unwrap();
+    let status = |args: Value| {
+        let tb = &tb;
+        async move { tb.call("notice_status", args, &ctx()).await.unwrap().value }
+    };
+    let sent = tb
+        .call("send_notice", json!({"order": "o-1", "cc": "boss"}), &ctx())
+        .await
+        .unwrap();
+    // The key alone, or with an argument the fingerprint ignores: the key's record, checked by
+    // key alone; not a call without `cc` that "has not run".
+    for args in [json!({"order": "o-1"}), json!({"order": "o-1", "memo": "hi"})] {
+        let answer = status(args).await;
+        assert_eq!(answer["status"], "completed", "{answer}");
+        assert_eq!(answer["result"], sent.value);
+        let note = answer["note"].as_str().unwrap();
+        assert!(note.contains("only the key was checked"), "{note}");
+    }
+    // Naming an argument outside the key: a whole call, checked against the record.
+    let own = status(json!({"order": "o-1", "cc": "boss", "memo": "hi"})).await;
+    assert_eq!(own["status"], "completed", "{own}");
+    assert!(own.get("note").is_none(), "{own}");
+    for other in [
+        json!({"order": "o-1", "cc": "intern"}),
+        json!({"order": "o-1", "cc": "boss", "urgent": true}),
+        json!({"order": "o-1", "cc": null}),
+    ] {
+        let answer = status(other).await;
+        assert_eq!(answer["status"], "conflict", "{answer}");
+    }
+    // A call made with the defaults: the key alone is still checked by key alone, and its
+    // arguments as they were sent are that call.
+    tb.call("send_notice", json!({"order": "o-2"}), &ctx())
+        .await
+        .unwrap();
+    let by_key = status(json!({"order": "o-2"})).await;
+    assert_eq!(by_key["status"], "completed");
+    assert!(by_key.get("note").is_some(), "{by_key}");
+    let own = status(json!({"order": "o-2", "cc": null, "urgent": false})).await;
+    assert_eq!(own["status"], "completed", "{own}");
+    assert!(own.get("note").is_none(), "{own}");
+    assert_eq!((out.count("notice:o-1"), out.count("notice:o-2")), (1, 1));
+}
+
+/// Closes an order: its only argument is its key.
+#[tool(idempotent(key = "closing:<order>", status = "close_status"))]
+async fn close_order(out: State<Outside>, order: String) -> Result<String, ToolError> {
+    Ok(format!("closed-{}", out.act(format!("close:{order}"))))
+}
+
+/// Reopens an order: the same key template, another action.
+#[tool(idempotent(key = "closing:<order>", status = "reopen_status"))]
+async fn reopen_order(out: State<Outside>, order: String) -> Result<String, ToolError> {
+    Ok(format!("reopened-{}", out.act(format!("reopen:{order}"))))
+}
+
+#[tokio::test]
+async fn a_tool_whose_arguments_are_its_key_is_told_apart_by_its_status() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(CloseOrder)
+        .tool(ReopenOrder)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1"});
+    tb.call("close_order", args.clone(), &ctx()).await.unwrap();
+    // The key is every argument: the arguments are a whole call, and the record another's.
+    let reopen = tb
+        .call("reopen_status", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(reopen.value["status"], "conflict", "{}", reopen.value);
+    let close = tb.call("close_status", args, &ctx()).await.unwrap();
+    assert_eq!(close.value["status"], "completed", "{}", close.value);
+    assert!(close.value.get("note").is_none(), "{}", close.value);
+    assert_eq!((out.count("close:"), out.count("reopen:")), (1, 0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // 13. Two templates that could build one key do not share a toolbox.
 

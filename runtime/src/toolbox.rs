@@ -84,6 +84,36 @@ struct StatusEntry {
     target: String,
     key: KeyFn,
     telemetry: Arc<ToolTelemetry>,
+    /// The target's arguments outside its key that its fingerprint covers: a status call names
+    /// one of them, or the target has none, before its arguments are taken as a whole call.
+    checked: Vec<String>,
+}
+
+/// The arguments of `target` outside the key (the companion's required fields) that its
+/// fingerprint covers (not ignored): the fields by which two calls under one key differ.
+fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
+    let required = |def: &ToolDefinition| -> Vec<String> {
+        def.input_schema["required"]
+            .as_array()
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|name| name.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let key = required(companion);
+    target.input_schema["properties"]
+        .as_object()
+        .map(|properties| {
+            properties
+                .keys()
+                .filter(|name| !key.contains(name) && !target.ignored_arguments.contains(name))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 enum Entry {
@@ -275,6 +305,7 @@ impl ToolboxBuilder {
             if let Some(companion) = tool.status_companion() {
                 let status = StatusEntry {
                     telemetry: ToolTelemetry::new(&companion.definition.name),
+                    checked: checked_fields(&definition, &companion.definition),
                     definition: companion.definition.clone(),
                     target: definition.name.clone(),
                     key: companion.key,
@@ -452,14 +483,22 @@ impl Toolbox {
                     target,
                     key,
                     telemetry,
+                    checked,
                     ..
                 } = &**status;
                 // Arguments that make a whole call of the target give its key and fingerprint,
                 // which the record is checked against: a record another action left under the
                 // key is not these arguments' outcome. Arguments that name only the key cannot
-                // be checked.
+                // be checked, even when the target's other arguments all have defaults: the
+                // call asked about may have given them.
+                let names_a_call = checked.is_empty()
+                    || args
+                        .as_object()
+                        .is_some_and(|given| checked.iter().any(|name| given.contains_key(name)));
                 let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) => registered.tool.prepare(&args, ctx).ok(),
+                    Some(Entry::Tool(registered)) if names_a_call => {
+                        registered.tool.prepare(&args, ctx).ok()
+                    }
                     _ => None,
                 };
                 let exec = &self.inner.exec;
