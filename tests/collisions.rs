@@ -193,6 +193,127 @@ async fn a_finished_step_is_never_replayed_into_a_call_with_other_arguments() {
     assert_eq!(out.count("receipt"), 1);
 }
 
+/// Notifies the customer as a best-effort step (an error there is let go), then charges directly;
+/// the provider's first answer is an outage, its second a lost reply.
+#[tool(idempotent(key = "settle:<order>"))]
+async fn settle_order(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+    cents: i64,
+) -> Result<String, ToolError> {
+    let _ = ctx
+        .once("notify", async {
+            out.act("notify");
+            Ok::<_, ToolError>(())
+        })
+        .await;
+    if out.count("outage") == 0 {
+        out.act("outage");
+        return Err(
+            ToolError::new("DOWN", "the provider is down; nothing was sent").with_retryable(true),
+        );
+    }
+    out.act(format!("settle:{order}:{cents}"));
+    Err(ToolError::outcome_unknown(
+        "the charge went out; its reply was lost",
+    ))
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_after_a_steps_conflict_is_kept_not_released() {
+    // A step met another action's record (the notice of a call with another amount), and the
+    // body went on past it and acted: its unknown outcome is the key's record, so the retry
+    // does not charge again and the status says unknown.
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(SettleOrder)
+        .build()
+        .unwrap();
+    let err = tb
+        .call(
+            "settle_order",
+            json!({"order": "o-1", "cents": 100}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "DOWN");
+    let corrected = json!({"order": "o-1", "cents": 120});
+    for _ in 0..2 {
+        let err = tb
+            .call("settle_order", corrected.clone(), &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::OutcomeUnknown), "{err:?}");
+        assert!(!err.is_retryable(), "{err:?}");
+    }
+    let status = tb
+        .call("settle_order_status", corrected, &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "unknown", "{}", status.value);
+    assert_eq!((out.count("notify"), out.count("settle:")), (1, 1));
+}
+
+/// Sends a reminder to each recipient of a batch, each as a step.
+#[tool(idempotent(key = "remind-batch:<batch>", status = false))]
+async fn remind_batch(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    batch: String,
+    recipients: Vec<String>,
+    numbered: bool,
+) -> Result<Vec<String>, ToolError> {
+    let mut sent = Vec::new();
+    for (i, to) in recipients.iter().enumerate() {
+        let step = match numbered {
+            true => format!("send-{i}"),
+            false => "send".to_string(),
+        };
+        let id: String = ctx
+            .once(&step, async {
+                Ok::<_, ToolError>(format!("{}-{}", out.act(format!("remind:{batch}")), to))
+            })
+            .await?;
+        sent.push(id);
+    }
+    Ok(sent)
+}
+
+#[tokio::test]
+async fn a_step_name_used_twice_in_one_call_is_refused_not_skipped() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(RemindBatch)
+        .build()
+        .unwrap();
+    let args = json!({"batch": "b1", "recipients": ["ann", "bob", "cid"], "numbered": false});
+    for _ in 0..2 {
+        // The second round's step would have been answered with the first one's result.
+        let err = tb
+            .call("remind_batch", args.clone(), &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::Internal), "{err:?}");
+        assert!(
+            err.message().contains("step `send` ran twice in one call"),
+            "{err}"
+        );
+        assert!(!err.is_retryable());
+    }
+    assert_eq!(out.count("remind:b1"), 1);
+    // Each round named: every reminder is sent, once.
+    let args = json!({"batch": "b2", "recipients": ["ann", "bob", "cid"], "numbered": true});
+    let sent = tb.call("remind_batch", args.clone(), &ctx()).await.unwrap();
+    assert_eq!(sent.value.as_array().unwrap().len(), 3);
+    let again = tb.call("remind_batch", args, &ctx()).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(out.count("remind:b2"), 3);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Different argument tuples never share a key.
 
@@ -765,7 +886,10 @@ async fn a_status_call_naming_only_the_key_is_not_a_call_with_the_defaults() {
         .unwrap();
     // The key alone, or with an argument the fingerprint ignores: the key's record, checked by
     // key alone; not a call without `cc` that "has not run".
-    for args in [json!({"order": "o-1"}), json!({"order": "o-1", "memo": "hi"})] {
+    for args in [
+        json!({"order": "o-1"}),
+        json!({"order": "o-1", "memo": "hi"}),
+    ] {
         let answer = status(args).await;
         assert_eq!(answer["status"], "completed", "{answer}");
         assert_eq!(answer["result"], sent.value);

@@ -1242,6 +1242,91 @@ async fn the_body_reads_its_key_built_from_the_context() {
     );
 }
 
+/// Refunds by the run and the call's place in it, slowly, with a recover hook for a lost reply.
+#[tool(
+    idempotent(key = "refund:<ctx.run_id>:<ctx.step>", status = false, recover = no_refund_found),
+    timeout = "50ms"
+)]
+async fn refund_by_step(refunds: State<AtomicUsize>, cents: i64) -> Result<String, ToolError> {
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let n = refunds.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(format!("re-{n}-{cents}"))
+}
+
+/// Refunds by the run and the call's place in it; the provider's reply is lost.
+#[tool(idempotent(key = "refund-now:<ctx.run_id>:<ctx.step>", status = false, recover = no_refund_found))]
+async fn refund_by_step_now(refunds: State<AtomicUsize>, cents: i64) -> Result<String, ToolError> {
+    let _ = cents;
+    refunds.fetch_add(1, Ordering::SeqCst);
+    Err(ToolError::outcome_unknown(
+        "the refund went out; its reply was lost",
+    ))
+}
+
+async fn no_refund_found(
+    refunds: State<AtomicUsize>,
+    cents: i64,
+) -> Result<Option<String>, ToolError> {
+    let _ = (refunds, cents);
+    Ok(None)
+}
+
+#[tokio::test]
+async fn a_tool_keyed_on_its_place_in_the_run_never_tells_the_model_to_call_again() {
+    // The model's own retry is a new call, at a new place in the run, with a key of its own: it
+    // would refund again. Only the same call handed over again replays.
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let toolbox = Toolbox::builder()
+        .shared_state(refunds.clone())
+        .tool(RefundByStep)
+        .tool(RefundByStepNow)
+        .build()
+        .unwrap();
+    let definition = toolbox.definition("refund_by_step").unwrap();
+    assert!(
+        !definition.annotations().idempotent,
+        "a new call acts again"
+    );
+    assert_eq!(definition.to_mcp()["annotations"]["idempotentHint"], false);
+    let at = |step| ToolContext::new("run-9").with_step(step);
+    let args = json!({"cents": 100});
+    let err = toolbox
+        .call("refund_by_step", args.clone(), &at(1))
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Timeout), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let suggestion = err.suggestion().unwrap();
+    assert!(
+        suggestion.contains("do not call `refund_by_step` again"),
+        "{suggestion}"
+    );
+    // The same call handed over again while it runs: still running, and not to be called again.
+    let err = toolbox
+        .call("refund_by_step", args.clone(), &at(1))
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    assert!(err.suggestion().unwrap().contains("do not call"), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let replay = toolbox
+        .call("refund_by_step", args.clone(), &at(1))
+        .await
+        .unwrap();
+    assert!(replay.replayed);
+    // A lost reply, answered at once: with a recover hook, a retry of the same call looks
+    // before it acts, but the model's retry is not that call, so the answer does not invite it.
+    let unknown = toolbox
+        .call("refund_by_step_now", json!({"cents": 7}), &at(2))
+        .await
+        .unwrap_err();
+    assert!(unknown.is(ErrorCode::OutcomeUnknown), "{unknown:?}");
+    assert!(!unknown.is_retryable(), "{unknown:?}");
+    assert!(unknown.suggestion().unwrap().starts_with("do not repeat"));
+    assert!(toolbox.shutdown().await.is_clean());
+    assert_eq!(refunds.load(Ordering::SeqCst), 2);
+}
+
 /// Posts a message to a channel (no key: every call posts).
 #[tool(unkeyed, timeout = "50ms")]
 async fn post_message(posted: State<AtomicUsize>, text: String) -> Result<(), ToolError> {

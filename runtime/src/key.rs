@@ -399,6 +399,16 @@ impl KeyBuilder {
     }
 }
 
+/// True when `template` (as written in `idempotent(key = ..)`) holds the `<ctx.step>`
+/// placeholder, which the macro reads with the white space inside the brackets trimmed.
+pub(crate) fn follows_step(template: &str) -> bool {
+    template
+        .split('<')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>'))
+        .any(|(name, _)| name.trim() == "ctx.step")
+}
+
 /// True when the key templates `a` and `b`, as written in `idempotent(key = ..)`, can build the
 /// same key from some values, and are not one template (the same text, placeholders' names
 /// aside), which two tools share on purpose to exclude each other. Each template alone is

@@ -5,9 +5,10 @@
 //! Nothing here knows the executor or the toolbox: a scope is the parent's store, key,
 //! fingerprint and settings, and two flags the parent reads when its body ends.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -17,7 +18,7 @@ use tracing::Instrument;
 use crate::lease::{drive, recordable, settle, unreserve, Holder, Recorder, What};
 use crate::observe::{self, Happened, StoreOp};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
-use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
+use crate::{texts, Fingerprint, IdempotencyKey, ToolDefinition, ToolError};
 
 /// What a keyed call gives its context for `ctx.once` steps: the store, and the parent call's
 /// key and fingerprint, to which every step is bound.
@@ -36,19 +37,24 @@ pub(crate) struct OnceScope {
     /// Set when a step met a record the parent must not be recorded over (another action's
     /// step, or a step still running elsewhere): the parent's key is released, not recorded.
     release_parent: AtomicBool,
+    /// The parent is keyed on its place in the run (`<ctx.step>`): a new call would not replay
+    /// the steps that finished, and the steps' answers must not say it would.
+    per_call: bool,
+    /// The names of the steps this call has run: a name used twice is refused, since its
+    /// second step would otherwise be skipped and answered with the first one's result.
+    used: Mutex<HashSet<Box<str>>>,
 }
 
 impl OnceScope {
-    /// The scope of one keyed call, holding `key` with `fingerprint`; its steps are leased and
-    /// retained as the call is.
+    /// The scope of one keyed call of `def`'s tool (`tool`: its name as the toolbox shares
+    /// it), holding `key` with `fingerprint`; its steps are leased and retained as the call is.
     pub(crate) fn new(
+        def: &ToolDefinition,
         tool: Arc<str>,
         store: Arc<dyn Store>,
         recorder: Arc<Recorder>,
         key: IdempotencyKey,
         fingerprint: Fingerprint,
-        lease: Duration,
-        retain: Duration,
     ) -> OnceScope {
         OnceScope {
             tool,
@@ -56,10 +62,12 @@ impl OnceScope {
             recorder,
             key,
             fingerprint,
-            lease,
-            retain,
+            lease: def.settings.lease,
+            retain: def.settings.retain,
             recovered_not_found: AtomicBool::new(false),
             release_parent: AtomicBool::new(false),
+            per_call: def.key_follows_step(),
+            used: Mutex::default(),
         }
     }
 
@@ -93,6 +101,15 @@ impl OnceScope {
     {
         if !valid_step_name(step) {
             return Err(texts::bad_step_name(step));
+        }
+        let fresh = self
+            .used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(step.into());
+        if !fresh {
+            tracing::error!(tool = %self.tool, step, "a step name was used twice in one call: the second step was refused");
+            return Err(texts::step_reused(step));
         }
         let key = self.key.step_key(step);
         let observed = observe::Step::start(step, key.as_str());
@@ -135,7 +152,7 @@ impl OnceScope {
                     // The reserve may have been applied with its reply lost: free it, so the
                     // step did not run and its key stays usable.
                     unreserve(&self.recorder, &self.store, &rkey, &token, what).await;
-                    return Err(e.step_refusal(step));
+                    return Err(e.step_refusal(step, self.per_call));
                 }
             };
             let record = match reservation {
@@ -145,7 +162,7 @@ impl OnceScope {
             if record.fingerprint() != &self.fingerprint {
                 self.release_parent.store(true, Ordering::SeqCst);
                 observed.mark(Happened::Conflict);
-                return Err(texts::step_conflict(step));
+                return Err(texts::step_conflict(step, self.per_call));
             }
             let value = match record {
                 Record::Completed { outcome, .. } => {
@@ -158,13 +175,13 @@ impl OnceScope {
                 Record::InProgress { .. } => {
                     self.release_parent.store(true, Ordering::SeqCst);
                     observed.mark(Happened::InProgress);
-                    return Err(texts::step_in_progress(step));
+                    return Err(texts::step_in_progress(step, self.per_call));
                 }
                 Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
                     let take_over = self.store.take_over(&rkey, &token, self.lease);
                     match observe::store(StoreOp::TakeOver, take_over)
                         .await
-                        .map_err(|e| e.step_refusal(step))?
+                        .map_err(|e| e.step_refusal(step, self.per_call))?
                     {
                         Some(token) => break token,
                         // Another caller took it first: read the record again.

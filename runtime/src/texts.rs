@@ -23,7 +23,15 @@ use crate::{ErrorCode, ToolError};
 pub(crate) struct Named<'a> {
     pub(crate) tool: &'a str,
     pub(crate) status: Option<&'a str>,
+    /// The key holds the call's place in the run (`<ctx.step>`): a new call of the tool, the
+    /// model's retry included, has a key of its own and is a new action, so no answer may
+    /// tell the model that calling again is safe once the tool may have acted.
+    pub(crate) per_call: bool,
 }
+
+/// Why a new call of a tool keyed on its place in the run would act again.
+const NEW_CALL_NEW_ACTION: &str =
+    "a new call of this tool is a new action, since its key is the call's place in the run";
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -214,6 +222,12 @@ pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolEr
         Story::Unkeyed => ToolError::new(ErrorCode::Timeout, message)
             .with_retryable(false)
             .with_suggestion("the outcome is unknown: do not repeat this call; ask the user to check whether it happened"),
+        Story::Idempotent if def.per_call => ToolError::new(ErrorCode::Timeout, message)
+            .with_retryable(false)
+            .with_suggestion(format!(
+                "the outcome is unknown, and {NEW_CALL_NEW_ACTION}: do not call `{}` again; ask the user to check whether it happened",
+                def.tool
+            )),
         Story::Idempotent => {
             let status = match def.status {
                 Some(status) => format!("call `{status}` with the same arguments to learn the outcome, or "),
@@ -235,25 +249,36 @@ pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolEr
 /// The same call failed `failures` times within `window` (each time with an answer that invited
 /// a retry), and its tool's retry limit allows no more. `last`: the code of the failure this
 /// answer replaces, when the limit was reached by this very call.
+/// A keyed tool's failures are counted by its key (`key`: the template), whatever the other
+/// arguments: the texts say so, since a call with other arguments under the key is refused
+/// too.
 pub(crate) fn retry_limit(
     tool: &str,
+    key: Option<&str>,
     failures: u64,
     window: Duration,
     last: Option<&str>,
 ) -> ToolError {
     let window = humantime::format_duration(window);
+    let (counted, these) = match key {
+        Some(template) => (
+            format!("for this key (`{template}`: every call with the same key values counts, whatever its other arguments)"),
+            "for this key",
+        ),
+        None => ("with these arguments".to_string(), "with these arguments"),
+    };
     let message = match last {
         Some(code) => format!(
-            "`{tool}` failed again (`{code}`): it has now failed {failures} times with these arguments within {window}, its retry limit"
+            "`{tool}` failed again (`{code}`): it has now failed {failures} times {counted} within {window}, its retry limit"
         ),
         None => format!(
-            "`{tool}` failed {failures} times with these arguments within {window}, its retry limit, so it was not run again"
+            "`{tool}` failed {failures} times {counted} within {window}, its retry limit, so it was not run again"
         ),
     };
     ToolError::new(ErrorCode::RetryLimit, message)
         .with_retryable(false)
         .with_suggestion(format!(
-            "stop calling `{tool}` with these arguments: retrying will not help now; tell the user that it keeps failing, and let them decide what to do"
+            "stop calling `{tool}` {these}: retrying will not help now; tell the user that it keeps failing, and let them decide what to do"
         ))
 }
 
@@ -298,7 +323,13 @@ pub(crate) fn in_progress(def: Named<'_>, since: SystemTime) -> ToolError {
             ago(since)
         ),
     )
-    .with_suggestion(format!("{}; do not start it again", status_hint(def)))
+    .with_suggestion(match def.per_call {
+        true => format!(
+            "it is still running, and {NEW_CALL_NEW_ACTION}: do not call `{}` again; ask the user to check later whether it happened",
+            def.tool
+        ),
+        false => format!("{}; do not start it again", status_hint(def)),
+    })
 }
 
 /// The same key ran (`finished`) or runs with other arguments.
@@ -345,9 +376,11 @@ pub(crate) fn outcome_unknown(def: Named<'_>, since: SystemTime, reported: bool)
 pub(crate) const OUTCOME_UNKNOWN_SUGGESTION: &str =
     "do not repeat the action; check its status, or ask a person to look in the outside system";
 
-/// With a recover hook, a retry after an unknown outcome looks before it acts: say so.
-pub(crate) fn looked_up_on_retry(err: ToolError, has_recover: bool) -> ToolError {
-    if has_recover && err.is(ErrorCode::OutcomeUnknown) {
+/// With a recover hook, a retry after an unknown outcome looks before it acts: say so. Not for
+/// a tool keyed on its place in the run (`per_call`): the model's retry has a key of its own, and
+/// nothing to look up under it.
+pub(crate) fn looked_up_on_retry(err: ToolError, has_recover: bool, per_call: bool) -> ToolError {
+    if has_recover && !per_call && err.is(ErrorCode::OutcomeUnknown) {
         ToolError::new(ErrorCode::OutcomeUnknown, err.message().to_string())
             .with_retryable(true)
             .with_suggestion("call again with the same arguments: the retry looks the outcome up before acting, so it will not act twice")
@@ -421,24 +454,39 @@ pub(crate) fn bad_step_name(step: &str) -> ToolError {
     )
 }
 
-/// A step of this key already ran, or runs, for a call with other arguments.
-pub(crate) fn step_conflict(step: &str) -> ToolError {
+/// A step of this key already ran, or runs, for a call with other arguments. `per_call`: the
+/// tool is keyed on its place in the run, so a new call would not finish the earlier action.
+pub(crate) fn step_conflict(step: &str, per_call: bool) -> ToolError {
     ToolError::new(
         ErrorCode::Conflict,
         format!("step `{step}` of this key already ran for a call with different arguments; this call would be a second, different action under the same key"),
     )
-    .with_suggestion("ask the user before changing or adding to what was done; to finish the earlier action, call again with its arguments")
+    .with_suggestion(match per_call {
+        true => "ask the user before changing or adding to what was done",
+        false => "ask the user before changing or adding to what was done; to finish the earlier action, call again with its arguments",
+    })
 }
 
 /// A step of this key is running in another call.
-pub(crate) fn step_in_progress(step: &str) -> ToolError {
+pub(crate) fn step_in_progress(step: &str, per_call: bool) -> ToolError {
     ToolError::new(
         ErrorCode::InProgress,
         format!("step `{step}` of this call is running in another call"),
     )
-    .with_suggestion(
-        "wait, then call again with the same arguments: finished steps are not done again",
+    .with_suggestion(match per_call {
+        true => format!("the other call may still act, and {NEW_CALL_NEW_ACTION}: do not call again; ask the user to check later what was done"),
+        false => "wait, then call again with the same arguments: finished steps are not done again".to_string(),
+    })
+}
+
+/// A step name used twice in one call: the second step would be skipped, answered with the
+/// first one's result.
+pub(crate) fn step_reused(step: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        format!("step `{step}` ran twice in one call: each step of a call needs a name of its own (a loop names each round, as `{step}-1`, `{step}-2`), or the later ones would be skipped; the tool's code must be fixed, and the steps before this one may have acted"),
     )
+    .with_suggestion("do not repeat the action; tell the user that the tool is defective and what it reported")
 }
 
 /// A step started earlier and never recorded its outcome, and nothing has looked it up.
@@ -494,8 +542,21 @@ pub(crate) fn store_error(failure: StoreFailure, problem: &str) -> ToolError {
 
 /// A store failure met by a step: earlier steps may have acted, so "nothing was done" would not
 /// be true; the step itself did not run. A misconfigured or corrupt store keeps its own answer.
-pub(crate) fn step_store_error(step: &str, failure: StoreFailure, problem: &str) -> ToolError {
+pub(crate) fn step_store_error(
+    step: &str,
+    failure: StoreFailure,
+    problem: &str,
+    per_call: bool,
+) -> ToolError {
     match failure {
+        // The steps before this one would run again in a new call.
+        StoreFailure::Unreachable if per_call => ToolError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the store could not be reached, so step `{step}` did not run"),
+        )
+        .with_suggestion(format!(
+            "the steps before it may have acted, and {NEW_CALL_NEW_ACTION}: do not call again; ask the user to check what was done"
+        )),
         StoreFailure::Unreachable => ToolError::new(
             ErrorCode::StoreUnavailable,
             format!("the store could not be reached, so step `{step}` did not run"),
@@ -586,6 +647,16 @@ mod tests {
         Named {
             tool: "send_invoice",
             status,
+            per_call: false,
+        }
+    }
+
+    /// A tool keyed on its place in the run (`refund:<ctx.run_id>:<ctx.step>`).
+    fn per_call() -> Named<'static> {
+        Named {
+            tool: "refund",
+            status: None,
+            per_call: true,
         }
     }
 
@@ -633,14 +704,18 @@ mod tests {
             looked_up_on_retry(
                 ToolError::outcome_unknown("the payment provider timed out"),
                 true,
+                false,
             ),
             unrecordable_result("key must be a string"),
             panicked("`send_invoice`", "body"),
             lease_lost("`send_invoice`"),
             step_outside_keyed_tool("email"),
             bad_step_name("e mail"),
-            step_conflict("email"),
-            step_in_progress("email"),
+            step_conflict("email", false),
+            step_conflict("email", true),
+            step_in_progress("email", false),
+            step_in_progress("email", true),
+            step_reused("email"),
             step_unknown("email"),
             step_result_unfit("email", "invalid type: map, expected a string"),
             step_unrecordable("email", "key must be a string"),
@@ -652,12 +727,14 @@ mod tests {
                 detail: "unknown state".into(),
             }
             .refusal(),
-            StoreError::Unavailable("connection refused".into()).step_refusal("email"),
-            StoreError::Config("invalid table name".into()).step_refusal("email"),
+            StoreError::Unavailable("connection refused".into()).step_refusal("email", false),
+            StoreError::Unavailable("connection refused".into()).step_refusal("email", true),
+            StoreError::Config("invalid table name".into()).step_refusal("email", false),
             task_unrecorded("NO_OUTCOME", named(Some("invoice_status"))),
-            retry_limit("send_invoice", 5, Duration::from_secs(600), None),
+            retry_limit("send_invoice", None, 5, Duration::from_secs(600), None),
             retry_limit(
                 "send_invoice",
+                Some("invoice:<customer>:<period>"),
                 5,
                 Duration::from_secs(600),
                 Some("GATEWAY_BUSY"),
@@ -675,6 +752,12 @@ mod tests {
             errors.push(outcome_unknown(def, since, true));
             errors.push(outcome_unknown(def, since, false));
         }
+        errors.push(timed_out(
+            per_call(),
+            Story::Idempotent,
+            Duration::from_secs(2),
+        ));
+        errors.push(in_progress(per_call(), since));
         errors
     }
 
@@ -762,7 +845,7 @@ mod tests {
     fn a_retry_limit_stops_the_model_and_busy_invites_a_later_retry() {
         let window = Duration::from_secs(600);
         for last in [None, Some("GATEWAY_BUSY")] {
-            let err = retry_limit("send_invoice", 5, window, last);
+            let err = retry_limit("send_invoice", None, 5, window, last);
             assert!(
                 err.is(ErrorCode::RetryLimit) && !err.is_retryable(),
                 "{err:?}"
@@ -776,12 +859,60 @@ mod tests {
             );
             assert!(suggestion.contains("tell the user"), "{err:?}");
         }
-        let last = retry_limit("send_invoice", 5, window, Some("GATEWAY_BUSY"));
+        let last = retry_limit("send_invoice", None, 5, window, Some("GATEWAY_BUSY"));
         assert!(last.message().contains("`GATEWAY_BUSY`"), "{last:?}");
         let busy = busy("send_invoice", 2, Duration::from_millis(1500));
         assert!(busy.is(ErrorCode::Busy) && busy.is_retryable(), "{busy:?}");
         assert!(busy.message().contains("1s 500ms"), "{busy:?}");
         assert!(busy.suggestion().unwrap().starts_with("nothing was done"));
+    }
+
+    /// A tool keyed on its place in the run: the model's retry is a new call with a key of its
+    /// own, so no answer after the tool may have acted invites one.
+    #[test]
+    fn a_tool_keyed_on_its_place_in_the_run_is_never_called_again_on_advice() {
+        let since = SystemTime::now();
+        let advice = [
+            timed_out(per_call(), Story::Idempotent, Duration::from_secs(2)),
+            in_progress(per_call(), since),
+            looked_up_on_retry(ToolError::outcome_unknown("lost reply"), true, true),
+            step_in_progress("email", true),
+            StoreError::Unavailable("connection refused".into()).step_refusal("email", true),
+        ];
+        for err in advice {
+            assert!(!err.is_retryable(), "{err:?}");
+            let suggestion = err.suggestion().unwrap();
+            assert!(suggestion.contains("do not"), "{err:?}");
+            assert!(!suggestion.contains("call again with"), "{err:?}");
+        }
+        let conflict = step_conflict("email", true);
+        assert!(!conflict.suggestion().unwrap().contains("call again"));
+        // Keyed on the action, the same answers invite the retry that replays.
+        let keyed = timed_out(named(None), Story::Idempotent, Duration::from_secs(2));
+        assert!(keyed.is_retryable(), "{keyed:?}");
+        let looked = looked_up_on_retry(ToolError::outcome_unknown("lost reply"), true, false);
+        assert!(looked.is_retryable(), "{looked:?}");
+    }
+
+    #[test]
+    fn a_keyed_tools_retry_limit_says_it_counts_by_key() {
+        let window = Duration::from_secs(600);
+        let keyed = retry_limit("transfer", Some("transfer:<account>"), 10, window, None);
+        assert!(keyed.message().contains("for this key"), "{keyed:?}");
+        assert!(
+            keyed.message().contains("whatever its other arguments"),
+            "{keyed:?}"
+        );
+        assert!(!keyed.message().contains("these arguments"), "{keyed:?}");
+        assert!(keyed
+            .suggestion()
+            .unwrap()
+            .contains("`transfer` for this key"));
+        let unkeyed = retry_limit("transfer", None, 10, window, None);
+        assert!(
+            unkeyed.message().contains("with these arguments"),
+            "{unkeyed:?}"
+        );
     }
 
     #[test]
@@ -792,7 +923,7 @@ mod tests {
         assert!(wrong.is(ErrorCode::StoreUnavailable) && !wrong.is_retryable());
         assert!(wrong.suggestion().unwrap().starts_with("do not retry"));
         // Nor inside a step: a misconfigured store is not "could not be reached".
-        let step = StoreError::Config("invalid table name".into()).step_refusal("email");
+        let step = StoreError::Config("invalid table name".into()).step_refusal("email", false);
         assert!(!step.is_retryable(), "{step:?}");
         assert!(step.suggestion().unwrap().starts_with("do not retry"));
     }

@@ -291,9 +291,26 @@ impl ToolDefinition {
     }
 
     /// Sets the key template, as written in `idempotent(key = "...")`.
+    ///
+    /// A template with `<ctx.step>` keys each call by its place in the run: the same call handed
+    /// over again replays, but a new call of the tool, the model's own retry included, is a new
+    /// action. Such a tool is not idempotent in MCP's sense (`idempotentHint` turns false), and
+    /// its answers never tell the model that calling again is safe.
     pub fn with_key_template(mut self, template: impl Into<String>) -> Self {
-        self.key_template = Some(template.into());
+        let template = template.into();
+        if crate::key::follows_step(&template) {
+            self.annotations.idempotent = false;
+        }
+        self.key_template = Some(template);
         self
+    }
+
+    /// True when the key template holds `<ctx.step>`: each call of the tool has a key of its
+    /// own (see [`with_key_template`](Self::with_key_template)).
+    pub(crate) fn key_follows_step(&self) -> bool {
+        self.key_template
+            .as_deref()
+            .is_some_and(crate::key::follows_step)
     }
 
     /// Declares an argument `#[arg(ignore)]`: left out of the fingerprint.
@@ -381,6 +398,7 @@ impl ToolDefinition {
         Named {
             tool: &self.name,
             status: self.status_tool.as_deref(),
+            per_call: self.key_follows_step(),
         }
     }
 }

@@ -48,13 +48,12 @@ pub(super) async fn run(
     let recorder = exec.recorder.clone();
     // The scope of the call's steps holds its key, lent from there for logs.
     let scope = Arc::new(OnceScope::new(
+        def,
         tool,
         store.clone(),
         recorder.clone(),
         key,
         fingerprint,
-        settings.lease,
-        settings.retain,
     ));
     let key = scope.key();
     let log_key = key.for_logs();
@@ -171,7 +170,7 @@ pub(super) async fn run(
         exec.stats.retry_limited.inc();
         tracing::warn!(tool = %def.name, key = %log_key, failures = prior, "retry limit reached: the call was refused without running");
         holder.write(Write::Release, renewal).await;
-        return Err(limit.reached(&def.name, prior, None));
+        return Err(limit.reached(def, prior, None));
     }
     // Under a concurrency limit, wait for a slot with the lease renewed; none in time: BUSY, the
     // key is freed, and the body never runs.
@@ -220,7 +219,11 @@ pub(super) async fn run(
         None => None,
     };
     if let Ok(Err(err)) = &ran {
-        if scope.parent_must_be_released() {
+        // Only the step's own answer passed on: an unknown outcome, or an error the body
+        // answered after it went on past the step, is settled as any other (released, the key
+        // would let a retry act again).
+        let passed_on = err.is(ErrorCode::Conflict) || err.is(ErrorCode::InProgress);
+        if scope.parent_must_be_released() && passed_on {
             // A step met another action's record, or a step still running elsewhere: recording
             // this answer as the call's outcome would block the call that owns those steps.
             exec.stats.released.inc();
@@ -230,7 +233,7 @@ pub(super) async fn run(
     }
     let value = settle(&holder, settings.retain, ran, renewal, Some(&exec.stats))
         .await
-        .map_err(|err| texts::looked_up_on_retry(err, call_has_recover))
+        .map_err(|err| texts::looked_up_on_retry(err, call_has_recover, def.key_follows_step()))
         .map_err(|err| stop_if_reached(&exec, def, limit, reached, err))?;
     clear_failures(&store, &rkey, Some(prior), def).await;
     Ok(ToolOutput {
@@ -290,7 +293,7 @@ impl Stale<'_> {
                 if failures >= limit.failures {
                     exec.stats.retry_limited.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
-                    return TakeOver::Answered(Err(limit.reached(&def.name, failures, None)));
+                    return TakeOver::Answered(Err(limit.reached(def, failures, None)));
                 }
                 Some(failures)
             }
@@ -463,7 +466,7 @@ fn stop_if_reached(
         (Some(limit), Some(failures)) if err.is_retryable() => {
             tracing::warn!(tool = %def.name, failures, code = %err.code(), "retry limit reached: the model is told to stop");
             exec.stats.retry_limited.inc();
-            limit.reached(&def.name, failures, Some(err.code()))
+            limit.reached(def, failures, Some(err.code()))
         }
         _ => err,
     }

@@ -49,9 +49,19 @@ impl Limit {
         })
     }
 
-    /// `RETRY_LIMIT` for `tool` after `failures`; `last`: the code this call failed with.
-    pub(crate) fn reached(&self, tool: &str, failures: u64, last: Option<&str>) -> ToolError {
-        texts::retry_limit(tool, failures, self.window, last)
+    /// `RETRY_LIMIT` for a call of `def`'s tool after `failures` (counted by its key, for a
+    /// keyed tool); `last`: the code this call failed with.
+    pub(crate) fn reached(
+        &self,
+        def: &ToolDefinition,
+        failures: u64,
+        last: Option<&str>,
+    ) -> ToolError {
+        let key = match def.story {
+            crate::Story::Idempotent => def.key_template.as_deref(),
+            _ => None,
+        };
+        texts::retry_limit(&def.name, key, failures, self.window, last)
     }
 }
 
@@ -113,7 +123,7 @@ impl Limits {
         let failures = self.counts().failures(&call);
         if failures >= limit.failures {
             tracing::warn!(tool = %def.name, fingerprint = %call.short(), failures, "retry limit reached: the call was refused without running");
-            return Err(limit.reached(&def.name, failures, None));
+            return Err(limit.reached(def, failures, None));
         }
         Ok(())
     }
@@ -328,7 +338,7 @@ impl Tally {
                     return Err(err);
                 }
                 tracing::warn!(tool = %def.name, fingerprint = %call.short(), failures, code = %err.code(), "retry limit reached: the model is told to stop");
-                Err(limit.reached(&def.name, failures, Some(err.code())))
+                Err(limit.reached(def, failures, Some(err.code())))
             }
             Err(err) => Err(err),
         }

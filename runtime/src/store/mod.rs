@@ -395,9 +395,10 @@ impl StoreError {
         texts::store_error(self.failure(), &self.to_string())
     }
 
-    /// The answer to a call this error stopped before its step `step` ran.
-    pub(crate) fn step_refusal(self, step: &str) -> ToolError {
-        texts::step_store_error(step, self.failure(), &self.to_string())
+    /// The answer to a call this error stopped before its step `step` ran; `per_call`: the tool
+    /// is keyed on its place in the run (a new call would not replay the steps before).
+    pub(crate) fn step_refusal(self, step: &str, per_call: bool) -> ToolError {
+        texts::step_store_error(step, self.failure(), &self.to_string(), per_call)
     }
 
     fn failure(&self) -> StoreFailure {

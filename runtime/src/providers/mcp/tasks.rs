@@ -243,6 +243,7 @@ pub(super) async fn get(
         None => Named {
             tool: &found.tool,
             status: None,
+            per_call: false,
         },
     };
     let finished = |result: Result<ToolOutput, ToolError>| {
