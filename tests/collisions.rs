@@ -314,6 +314,74 @@ async fn a_step_name_used_twice_in_one_call_is_refused_not_skipped() {
     assert_eq!(out.count("remind:b2"), 3);
 }
 
+/// Applies a configuration patch to a service: the patch is any JSON.
+#[tool(idempotent(key = "patch:<service>", status = false))]
+async fn apply_patch(
+    out: State<Outside>,
+    service: String,
+    patch: Value,
+) -> Result<usize, ToolError> {
+    let _ = patch;
+    Ok(out.act(format!("patch:{service}")))
+}
+
+#[tokio::test]
+async fn a_number_is_one_value_however_large_and_however_spelled() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ApplyPatch)
+        .build()
+        .unwrap();
+    // The same value spelled as an integer and as a float, within 2^53 and past it.
+    for (service, integer, float) in [
+        ("s1", json!(100), json!(1e2)),
+        ("s2", json!(10_000_000_000_000_000u64), json!(1e16)),
+        (
+            "s3",
+            json!(9_223_372_036_854_775_808u64),
+            json!(9.223372036854775808e18),
+        ),
+    ] {
+        let first = tb
+            .call(
+                "apply_patch",
+                json!({"service": service, "patch": {"n": integer}}),
+                &ctx(),
+            )
+            .await
+            .unwrap();
+        let again = tb
+            .call(
+                "apply_patch",
+                json!({"service": service, "patch": {"n": float}}),
+                &ctx(),
+            )
+            .await
+            .unwrap();
+        assert!(again.replayed, "{service}");
+        assert_eq!(again.value, first.value);
+    }
+    // Values a float cannot tell apart are still two values when sent as integers.
+    tb.call(
+        "apply_patch",
+        json!({"service": "s4", "patch": {"n": 9_007_199_254_740_993u64}}),
+        &ctx(),
+    )
+    .await
+    .unwrap();
+    let other = tb
+        .call(
+            "apply_patch",
+            json!({"service": "s4", "patch": {"n": 9_007_199_254_740_992u64}}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(other.is(ErrorCode::Conflict), "{other:?}");
+    assert_eq!(out.count("patch:"), 4);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Different argument tuples never share a key.
 

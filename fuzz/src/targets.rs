@@ -771,8 +771,8 @@ pub fn key_derivation(bytes: &[u8], tally: &Tally) {
 }
 
 /// [`Fingerprint::of`] on any JSON: the value sent as JSON text and read back has the same
-/// fingerprint; values equal by the documented rule (object key order, an integral float within
-/// ±2^53 and the integer) share it, and values that differ do not.
+/// fingerprint; values equal by the documented rule (object key order, a whole float and the
+/// integer it equals) share it, and values that differ do not.
 pub fn fingerprint(bytes: &[u8], tally: &Tally) {
     let mut g = Gen::new(bytes, &[]);
     let value = if g.chance(3, 4) {
@@ -804,24 +804,32 @@ pub fn fingerprint(bytes: &[u8], tally: &Tally) {
     );
 }
 
+/// The whole number a JSON number is, when it is one an `i64` or `u64` holds (a float spelled
+/// `1e16` included).
+fn whole(n: &serde_json::Number) -> Option<i128> {
+    if let Some(i) = n.as_i64() {
+        return Some(i128::from(i));
+    }
+    if let Some(u) = n.as_u64() {
+        return Some(i128::from(u));
+    }
+    let f = n.as_f64()?;
+    let fits = (-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0).contains(&f);
+    (f.fract() == 0.0 && fits).then_some(f as i128)
+}
+
 /// The same value with its numbers spelled the other way where that keeps the value: integers
-/// within ±2^53 as floats, integral floats within ±2^53 as integers.
+/// a float holds exactly as floats, whole floats as the integers they equal.
 fn respell_numbers(value: &Value) -> Value {
-    const EXACT: f64 = 9_007_199_254_740_992.0;
     match value {
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64().filter(|i| (*i as f64).abs() < EXACT) {
-                Value::from(i as f64)
-            } else if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) {
-                if f.abs() < EXACT {
-                    Value::from(f as i64)
-                } else {
-                    value.clone()
-                }
-            } else {
-                value.clone()
-            }
-        }
+        Value::Number(n) => match whole(n) {
+            Some(i) if n.is_f64() => match i64::try_from(i) {
+                Ok(i) => Value::from(i),
+                Err(_) => Value::from(u64::try_from(i).expect("a whole float in range")),
+            },
+            Some(i) if (i as f64) as i128 == i => Value::from(i as f64),
+            _ => value.clone(),
+        },
         Value::Array(items) => Value::Array(items.iter().map(respell_numbers).collect()),
         Value::Object(map) => Value::Object(
             map.iter()
@@ -832,28 +840,15 @@ fn respell_numbers(value: &Value) -> Value {
     }
 }
 
-/// Equality by the documented rule: numbers by value, where an integral float within ±2^53
-/// equals the integer; object key order does not matter (serde_json's maps have none).
+/// Equality by the documented rule: numbers by value, where a whole float equals the integer
+/// it is; object key order does not matter (serde_json's maps have none).
 fn same_value(a: &Value, b: &Value) -> bool {
-    const EXACT: f64 = 9_007_199_254_740_992.0;
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let integral = |n: &serde_json::Number| -> Option<i128> {
-                if let Some(i) = n.as_i64() {
-                    return Some(i128::from(i));
-                }
-                if let Some(u) = n.as_u64() {
-                    return Some(i128::from(u));
-                }
-                let f = n.as_f64()?;
-                (f.fract() == 0.0 && f.abs() < EXACT).then_some(f as i128)
-            };
-            match (integral(x), integral(y)) {
-                (Some(i), Some(j)) => i == j,
-                (None, None) => x.as_f64() == y.as_f64(),
-                _ => false,
-            }
-        }
+        (Value::Number(x), Value::Number(y)) => match (whole(x), whole(y)) {
+            (Some(i), Some(j)) => i == j,
+            (None, None) => x.as_f64() == y.as_f64(),
+            _ => false,
+        },
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b))
         }

@@ -338,7 +338,8 @@ impl fmt::Display for Fingerprint {
 }
 
 /// Writes the canonical JSON form: object keys sorted by their bytes, no white space, numbers by
-/// value (an integral float within ±2^53 is written as the integer), strings escaped as JSON.
+/// value (a whole float that an `i64` or `u64` holds is written as that integer), strings
+/// escaped as JSON.
 pub fn canonical_json(value: &Value, out: &mut String) {
     write_canonical(value, out).expect("writing to a String cannot fail")
 }
@@ -388,14 +389,21 @@ impl fmt::Write for HashSink {
     }
 }
 
+/// 2^63: the whole floats in `-2^63..2^63` are `i64`s, those in `2^63..2^64` are `u64`s.
+const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+
 fn write_canonical<W: fmt::Write + ?Sized>(value: &Value, out: &mut W) -> fmt::Result {
     match value {
         Value::Null => out.write_str("null"),
         Value::Bool(b) => out.write_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match n.as_f64() {
-            // -0.0 and 0.0 are one value.
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+        Value::Number(n) => match n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) {
+            // A whole float is the integer it equals, however large: `1e16` and
+            // `10000000000000000` are one value. -0.0 and 0.0 are one value.
+            Some(f) if (-TWO_TO_63..TWO_TO_63).contains(&f) => {
                 out.write_str(itoa::Buffer::new().format(f as i64))
+            }
+            Some(f) if (0.0..2.0 * TWO_TO_63).contains(&f) => {
+                out.write_str(itoa::Buffer::new().format(f as u64))
             }
             _ => match (n.as_i64(), n.as_u64()) {
                 (Some(i), _) => out.write_str(itoa::Buffer::new().format(i)),
@@ -511,7 +519,19 @@ mod tests {
             (json!(-0.0), "0"),
             (json!(-7.0), "-7"),
             (json!(9_007_199_254_740_991.0), "9007199254740991"),
-            (json!(9_007_199_254_740_992.0), "9007199254740992.0"),
+            (json!(9_007_199_254_740_992.0), "9007199254740992"),
+            (json!(1e16), "10000000000000000"),
+            (json!(-9_223_372_036_854_775_808.0), "-9223372036854775808"),
+            (json!(9_223_372_036_854_775_808.0), "9223372036854775808"),
+            (json!(18_446_744_073_709_549_568.0), "18446744073709549568"),
+            (
+                json!(18_446_744_073_709_551_616.0),
+                "1.8446744073709552e+19",
+            ),
+            (
+                json!(-9_223_372_036_854_777_856.0),
+                "-9.223372036854778e+18",
+            ),
             (json!(1.5), "1.5"),
             (json!(1e300), "1e+300"),
         ] {
