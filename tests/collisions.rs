@@ -299,7 +299,8 @@ async fn a_step_name_used_twice_in_one_call_is_refused_not_skipped() {
             .unwrap_err();
         assert!(err.is(ErrorCode::Internal), "{err:?}");
         assert!(
-            err.message().contains("step `send` ran twice in one call"),
+            err.message()
+                .contains("step `send` already finished in this call"),
             "{err}"
         );
         assert!(!err.is_retryable());
@@ -312,6 +313,176 @@ async fn a_step_name_used_twice_in_one_call_is_refused_not_skipped() {
     let again = tb.call("remind_batch", args, &ctx()).await.unwrap();
     assert!(again.replayed);
     assert_eq!(out.count("remind:b2"), 3);
+}
+
+/// Charges an order as a step, trying the step again within the call while the provider
+/// answers that it is down.
+#[tool(idempotent(key = "charge-retrying:<order>", status = false))]
+async fn charge_retrying(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+) -> Result<String, ToolError> {
+    let mut last = None;
+    for _ in 0..3 {
+        let charged: Result<String, ToolError> = ctx
+            .once("charge", async {
+                if out.count("outage") < 2 {
+                    out.act("outage");
+                    return Err(ToolError::new(
+                        "DOWN",
+                        "the provider is down; nothing was charged",
+                    )
+                    .with_retryable(true));
+                }
+                Ok(format!("ch-{}", out.act(format!("charge:{order}"))))
+            })
+            .await;
+        match charged {
+            Ok(id) => return Ok(id),
+            Err(err) if err.is_retryable() => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.expect("three tries"))
+}
+
+#[tokio::test]
+async fn a_step_that_failed_and_may_be_retried_runs_again_under_its_name() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ChargeRetrying)
+        .build()
+        .unwrap();
+    let charged = tb
+        .call("charge_retrying", json!({"order": "o-1"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(charged.value, json!("ch-3"));
+    assert_eq!((out.count("outage"), out.count("charge:")), (2, 1));
+}
+
+/// Notifies as a best-effort step, then ships; the warehouse is down at first, and ships 100 at
+/// most (a refusal that did nothing).
+#[tool(idempotent(key = "ship-batch:<order>"))]
+async fn ship_batch(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+    qty: i64,
+) -> Result<String, ToolError> {
+    let _ = ctx
+        .once("notify", async {
+            out.act(format!("notify:{qty}"));
+            Ok::<_, ToolError>(())
+        })
+        .await;
+    if out.count("outage") == 0 {
+        out.act("outage");
+        return Err(
+            ToolError::new("DOWN", "the warehouse is down; nothing was shipped")
+                .with_retryable(true),
+        );
+    }
+    if qty > 100 {
+        return Err(ToolError::new(
+            "TOO_MANY",
+            "the warehouse ships 100 at most; nothing was shipped",
+        ));
+    }
+    Ok(format!("ship-{}", out.act(format!("ship:{order}:{qty}"))))
+}
+
+#[tokio::test]
+async fn a_refusal_after_another_actions_step_leaves_the_key_to_that_action() {
+    // A's notice ran before the outage; B, another quantity, met it, went on, and was refused
+    // having done nothing: A's retry finishes A, its notice replayed.
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ShipBatch)
+        .build()
+        .unwrap();
+    let (a, b) = (
+        json!({"order": "o-1", "qty": 5}),
+        json!({"order": "o-1", "qty": 500}),
+    );
+    let err = tb.call("ship_batch", a.clone(), &ctx()).await.unwrap_err();
+    assert_eq!(err.code(), "DOWN");
+    let err = tb.call("ship_batch", b, &ctx()).await.unwrap_err();
+    assert_eq!(err.code(), "TOO_MANY");
+    let shipped = tb.call("ship_batch", a.clone(), &ctx()).await.unwrap();
+    assert!(!shipped.replayed);
+    let status = tb.call("ship_batch_status", a, &ctx()).await.unwrap();
+    assert_eq!(status.value["status"], "completed", "{}", status.value);
+    assert_eq!((out.count("notify:"), out.count("ship:")), (1, 1));
+}
+
+/// Sends a notice; its memo is renamed in the arguments and ignored, and its region, part of
+/// the key, has a default.
+#[tool(idempotent(
+    key = "notice-region:<order>:<region>",
+    status = "notice_region_status"
+))]
+async fn notice_region(
+    out: State<Outside>,
+    order: String,
+    #[serde(default)] region: String,
+    urgent: Option<bool>,
+    #[arg(ignore)]
+    #[serde(rename = "note")]
+    memo: Option<String>,
+) -> Result<String, ToolError> {
+    let _ = memo;
+    let n = out.act(format!("notice:{order}"));
+    Ok(format!("n-{n}-{region}-{}", urgent.unwrap_or_default()))
+}
+
+#[tokio::test]
+async fn key_fields_with_defaults_and_renamed_ignored_fields_are_not_a_whole_call() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(NoticeRegion)
+        .build()
+        .unwrap();
+    tb.call(
+        "notice_region",
+        json!({"order": "o-1", "region": "eu", "urgent": true, "note": "x"}),
+        &ctx(),
+    )
+    .await
+    .unwrap();
+    for args in [
+        json!({"order": "o-1", "region": "eu"}),
+        json!({"order": "o-1", "region": "eu", "note": "reworded"}),
+    ] {
+        let answer = tb
+            .call("notice_region_status", args, &ctx())
+            .await
+            .unwrap()
+            .value;
+        assert_eq!(answer["status"], "completed", "{answer}");
+        assert!(
+            answer.get("note").is_some(),
+            "checked by key alone: {answer}"
+        );
+    }
+    let own = tb
+        .call(
+            "notice_region_status",
+            json!({"order": "o-1", "region": "eu", "urgent": true}),
+            &ctx(),
+        )
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(own["status"], "completed", "{own}");
+    assert!(own.get("note").is_none(), "{own}");
+    let definition = tb.definition("notice_region").unwrap();
+    assert_eq!(definition.ignored_arguments(), ["note"]);
+    assert_eq!(out.count("notice:"), 1);
 }
 
 /// Applies a configuration patch to a service: the patch is any JSON.

@@ -1327,6 +1327,83 @@ async fn a_tool_keyed_on_its_place_in_the_run_never_tells_the_model_to_call_agai
     assert_eq!(refunds.load(Ordering::SeqCst), 2);
 }
 
+/// Pays out by the run and the call's place in it: a transfer step, then a receipt step whose
+/// mail server is down at first.
+#[tool(idempotent(key = "payout:<ctx.run_id>:<ctx.step>", status = false))]
+async fn payout_by_step(
+    effects: State<Mutex<Vec<String>>>,
+    ctx: &ToolContext,
+    cents: i64,
+) -> Result<String, ToolError> {
+    let count = |prefix: &str| {
+        let effects = effects.lock().unwrap();
+        effects.iter().filter(|e| e.starts_with(prefix)).count()
+    };
+    let act = |what: String| effects.lock().unwrap().push(what);
+    ctx.once("transfer", async {
+        act(format!("transfer:{cents}"));
+        Ok::<_, ToolError>(())
+    })
+    .await?;
+    ctx.once("receipt", async {
+        if count("outage") == 0 {
+            act("outage".into());
+            return Err(ToolError::new("MAIL_DOWN", "the mail server is down").with_retryable(true));
+        }
+        act("receipt".into());
+        Ok(())
+    })
+    .await?;
+    Ok("paid".into())
+}
+
+#[tokio::test]
+async fn a_failure_after_steps_of_a_call_keyed_on_its_place_is_not_retryable() {
+    // The model's retry would be a new call, a new key: it would transfer again.
+    let effects = Arc::new(Mutex::new(Vec::<String>::new()));
+    let toolbox = Toolbox::builder()
+        .shared_state(effects.clone())
+        .tool(PayoutByStep)
+        .build()
+        .unwrap();
+    let at = |step| ToolContext::new("run-3").with_step(step);
+    let err = toolbox
+        .call("payout_by_step", json!({"cents": 500}), &at(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "MAIL_DOWN");
+    assert!(!err.is_retryable(), "{err:?}");
+    let suggestion = err.suggestion().unwrap();
+    assert!(suggestion.contains("do not call again"), "{suggestion}");
+    // The same call handed over again finishes it, the transfer replayed.
+    let paid = toolbox
+        .call("payout_by_step", json!({"cents": 500}), &at(1))
+        .await
+        .unwrap();
+    assert_eq!(paid.value, json!("paid"));
+    let effects = effects.lock().unwrap().clone();
+    assert_eq!(effects, ["transfer:500", "outage", "receipt"]);
+}
+
+#[test]
+fn a_definition_keyed_on_its_place_stays_not_idempotent_whatever_the_order() {
+    use toolkey::{Annotations, Story, ToolDefinition};
+    let schema = json!({"type": "object"});
+    let key_first = ToolDefinition::new("refund", "Refund.", schema.clone(), Story::Idempotent)
+        .with_key_template("refund:<ctx.run_id>:< ctx.step >")
+        .with_annotations(Annotations::for_story(Story::Idempotent));
+    let key_last = ToolDefinition::new("refund", "Refund.", schema.clone(), Story::Idempotent)
+        .with_annotations(Annotations::for_story(Story::Idempotent))
+        .with_key_template("refund:<ctx.run_id>:<ctx.step>");
+    for definition in [key_first, key_last] {
+        assert!(!definition.annotations().idempotent);
+        assert_eq!(definition.to_mcp()["annotations"]["idempotentHint"], false);
+    }
+    let by_order = ToolDefinition::new("refund", "Refund.", schema, Story::Idempotent)
+        .with_key_template("refund:<order>");
+    assert!(by_order.annotations().idempotent);
+}
+
 /// Posts a message to a channel (no key: every call posts).
 #[tool(unkeyed, timeout = "50ms")]
 async fn post_message(posted: State<AtomicUsize>, text: String) -> Result<(), ToolError> {

@@ -207,9 +207,11 @@ impl ToolContext {
     /// recover hook must look for the effects of every step). Only inside a keyed
     /// (`idempotent`) tool's body.
     ///
-    /// Each step of one call needs a name of its own: a name used again in the same call is
-    /// refused (`INTERNAL`, naming the step), since that step would otherwise be skipped and
-    /// answered with the first one's result. A loop names each round (`send-0`, `send-1`).
+    /// Each step of one call needs a name of its own: a name used again after its step finished
+    /// in the same call is refused (`INTERNAL`, naming the step), since that step would
+    /// otherwise be skipped and answered with the first one's result. A loop names each round
+    /// (`send-0`, `send-1`). A step that failed with a retryable error recorded nothing, and may
+    /// be tried again under its name.
     ///
     /// ```text
     /// let invoice = ctx.once("invoice-create", async { billing.create(&customer).await }).await?;

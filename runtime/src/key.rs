@@ -399,14 +399,19 @@ impl KeyBuilder {
     }
 }
 
-/// True when `template` (as written in `idempotent(key = ..)`) holds the `<ctx.step>`
-/// placeholder, which the macro reads with the white space inside the brackets trimmed.
-pub(crate) fn follows_step(template: &str) -> bool {
+/// The placeholders of `template` (as written in `idempotent(key = ..)`), their white space
+/// trimmed as the macro trims it: parameters' names, and `ctx.` fields.
+pub(crate) fn placeholders(template: &str) -> impl Iterator<Item = &str> {
     template
         .split('<')
         .skip(1)
         .filter_map(|rest| rest.split_once('>'))
-        .any(|(name, _)| name.trim() == "ctx.step")
+        .map(|(name, _)| name.trim())
+}
+
+/// True when `template` holds the `<ctx.step>` placeholder.
+pub(crate) fn follows_step(template: &str) -> bool {
+    placeholders(template).any(|name| name == "ctx.step")
 }
 
 /// True when the key templates `a` and `b`, as written in `idempotent(key = ..)`, can build the

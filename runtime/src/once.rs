@@ -40,9 +40,10 @@ pub(crate) struct OnceScope {
     /// The parent is keyed on its place in the run (`<ctx.step>`): a new call would not replay
     /// the steps that finished, and the steps' answers must not say it would.
     per_call: bool,
-    /// The names of the steps this call has run: a name used twice is refused, since its
-    /// second step would otherwise be skipped and answered with the first one's result.
-    used: Mutex<HashSet<Box<str>>>,
+    /// The names of the steps that finished in this call (ran, or replayed): a name used again
+    /// is refused, since its step would otherwise be skipped and answered with the first one's
+    /// result. A step that failed and may be retried is not among them.
+    finished: Mutex<HashSet<Box<str>>>,
 }
 
 impl OnceScope {
@@ -67,7 +68,7 @@ impl OnceScope {
             recovered_not_found: AtomicBool::new(false),
             release_parent: AtomicBool::new(false),
             per_call: def.key_follows_step(),
-            used: Mutex::default(),
+            finished: Mutex::default(),
         }
     }
 
@@ -102,13 +103,8 @@ impl OnceScope {
         if !valid_step_name(step) {
             return Err(texts::bad_step_name(step));
         }
-        let fresh = self
-            .used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(step.into());
-        if !fresh {
-            tracing::error!(tool = %self.tool, step, "a step name was used twice in one call: the second step was refused");
+        if self.finished().contains(step) {
+            tracing::error!(tool = %self.tool, step, "a step name was used again after its step finished in this call: refused");
             return Err(texts::step_reused(step));
         }
         let key = self.key.step_key(step);
@@ -119,7 +115,19 @@ impl OnceScope {
             .instrument(span)
             .await;
         observed.finish(&result);
+        if result.is_ok() {
+            self.finished().insert(step.into());
+        }
         result
+    }
+
+    fn finished(&self) -> std::sync::MutexGuard<'_, HashSet<Box<str>>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when a step finished in this call (ran, or replayed a finished one).
+    pub(crate) fn a_step_finished(&self) -> bool {
+        !self.finished().is_empty()
     }
 
     async fn step<T, E, F>(

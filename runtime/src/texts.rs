@@ -479,14 +479,20 @@ pub(crate) fn step_in_progress(step: &str, per_call: bool) -> ToolError {
     })
 }
 
-/// A step name used twice in one call: the second step would be skipped, answered with the
-/// first one's result.
+/// A step name used again after its step finished in this call: the step would be skipped,
+/// answered with the first one's result.
 pub(crate) fn step_reused(step: &str) -> ToolError {
     ToolError::new(
         ErrorCode::Internal,
-        format!("step `{step}` ran twice in one call: each step of a call needs a name of its own (a loop names each round, as `{step}-1`, `{step}-2`), or the later ones would be skipped; the tool's code must be fixed, and the steps before this one may have acted"),
+        format!("step `{step}` already finished in this call, and a step runs once: each step of a call needs a name of its own (a loop names each round, as `{step}-1`, `{step}-2`), or the later ones would be skipped; this one did not run, and the tool's code must be fixed"),
     )
-    .with_suggestion("do not repeat the action; tell the user that the tool is defective and what it reported")
+    .with_suggestion("do not repeat the action: what finished before it is done; tell the user that the tool is defective and what it reported")
+}
+
+/// A retryable failure of a tool keyed on its place in the run, after steps of the call
+/// finished: the model's retry, a new call, would do them again.
+pub(crate) fn steps_done_per_call(err: ToolError) -> ToolError {
+    err.with_retryable(false).with_suggestion(format!("steps of this call finished before it failed, and {NEW_CALL_NEW_ACTION}: it would do them again, so do not call again; ask the user to check what was done"))
 }
 
 /// A step started earlier and never recorded its outcome, and nothing has looked it up.
@@ -582,15 +588,22 @@ pub(crate) fn task_working(tool: &str) -> String {
 /// marked as safe to retry released the key, and the answer went with it.
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn task_unrecorded(code: &'static str, def: Named<'_>) -> ToolError {
-    ToolError::new(
+    let error = ToolError::new(
         code,
         format!(
             "`{}` ended without recording an outcome (a failure that is safe to retry), so its answer was not kept",
             def.tool
         ),
-    )
-    .with_retryable(true)
-    .with_suggestion("call again with the same arguments: it will not run twice")
+    );
+    match def.per_call {
+        // Steps of the call may have finished, and a new call would do them again.
+        true => error.with_retryable(false).with_suggestion(format!(
+            "{NEW_CALL_NEW_ACTION}: do not call again; ask the user to check what was done"
+        )),
+        false => error
+            .with_retryable(true)
+            .with_suggestion("call again with the same arguments: it will not run twice"),
+    }
 }
 
 /// The JSON-RPC error message for a task id this caller has no task under.
@@ -731,6 +744,10 @@ mod tests {
             StoreError::Unavailable("connection refused".into()).step_refusal("email", true),
             StoreError::Config("invalid table name".into()).step_refusal("email", false),
             task_unrecorded("NO_OUTCOME", named(Some("invoice_status"))),
+            task_unrecorded("NO_OUTCOME", per_call()),
+            steps_done_per_call(
+                StoreError::Unavailable("connection refused".into()).step_refusal("email", false),
+            ),
             retry_limit("send_invoice", None, 5, Duration::from_secs(600), None),
             retry_limit(
                 "send_invoice",
@@ -878,6 +895,10 @@ mod tests {
             looked_up_on_retry(ToolError::outcome_unknown("lost reply"), true, true),
             step_in_progress("email", true),
             StoreError::Unavailable("connection refused".into()).step_refusal("email", true),
+            task_unrecorded("NO_OUTCOME", per_call()),
+            steps_done_per_call(
+                ToolError::new("MAIL_DOWN", "the mail server is down").with_retryable(true),
+            ),
         ];
         for err in advice {
             assert!(!err.is_retryable(), "{err:?}");

@@ -272,9 +272,13 @@ impl ToolDefinition {
         self
     }
 
-    /// Sets the annotations.
+    /// Sets the annotations. A tool keyed on its place in the run stays not idempotent (see
+    /// [`with_key_template`](Self::with_key_template)).
     pub fn with_annotations(mut self, annotations: Annotations) -> Self {
         self.annotations = annotations;
+        if self.key_follows_step() {
+            self.annotations.idempotent = false;
+        }
         self
     }
 

@@ -89,8 +89,9 @@ struct StatusEntry {
     checked: Vec<String>,
 }
 
-/// The arguments of `target` outside the key (the companion's required fields) that its
-/// fingerprint covers (not ignored): the fields by which two calls under one key differ.
+/// The arguments of `target` outside the key (the template's fields, and the companion's
+/// required ones) that its fingerprint covers (not ignored): the fields by which two calls
+/// under one key differ.
 fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
     let required = |def: &ToolDefinition| -> Vec<String> {
         def.input_schema["required"]
@@ -103,7 +104,14 @@ fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<St
             })
             .unwrap_or_default()
     };
-    let key = required(companion);
+    let mut key = required(companion);
+    key.extend(
+        target
+            .key_template
+            .iter()
+            .flat_map(|template| crate::key::placeholders(template))
+            .map(str::to_owned),
+    );
     target.input_schema["properties"]
         .as_object()
         .map(|properties| {

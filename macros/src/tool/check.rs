@@ -107,6 +107,12 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
                 format!("`{}` is part of the key, so it defines the action: a key field cannot be `#[arg(ignore)]`; remove `ignore`, or remove `<{}>` from the key", param.ident, param.ident),
             );
         }
+        if let (Some(span), true) = (param.ignore, param.serde_flatten()) {
+            cx.error_at(
+                span,
+                format!("`{}` is `#[serde(flatten)]`: its fields sit beside the others in the arguments, under their own names, so the parameter cannot be `#[arg(ignore)]`; take it unflattened, or leave out of it what a retry may reword", param.ident),
+            );
+        }
         if let (Some(span), false) = (param.case_insensitive, is_key) {
             cx.error_at(
                 span,

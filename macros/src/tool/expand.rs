@@ -104,7 +104,8 @@ pub fn expand(tool: &Tool) -> TokenStream {
         quote!(.with_key_template(#text))
     });
     let ignored = tool.model_params().filter(|p| p.ignore.is_some()).map(|p| {
-        let name = p.field_name();
+        // As the arguments spell it: what reads the definition reads the arguments' JSON.
+        let name = p.json_name();
         quote!(.with_ignored_argument(#name))
     });
     let case_insensitive = tool

@@ -77,6 +77,49 @@ impl Param {
     pub fn field_name(&self) -> String {
         self.ident.unraw().to_string()
     }
+
+    /// The field's name in the arguments' JSON: its `#[serde(rename = "..")]`, else its name.
+    pub fn json_name(&self) -> String {
+        let mut renamed = None;
+        for attr in self.forwarded.iter().filter(|a| a.path().is_ident("serde")) {
+            let _ = attr.parse_nested_meta(|meta| {
+                if meta.path.is_ident("rename") && meta.input.peek(syn::Token![=]) {
+                    renamed = Some(meta.value()?.parse::<syn::LitStr>()?.value());
+                } else if meta.input.peek(syn::Token![=]) {
+                    meta.value()?.parse::<syn::Expr>()?;
+                } else if meta.input.peek(syn::token::Paren) {
+                    meta.parse_nested_meta(|inner| {
+                        if inner.input.peek(syn::Token![=]) {
+                            inner.value()?.parse::<syn::Expr>()?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            });
+        }
+        renamed.unwrap_or_else(|| self.field_name())
+    }
+
+    /// True when the parameter is `#[serde(flatten)]`.
+    pub fn serde_flatten(&self) -> bool {
+        self.forwarded.iter().any(|attr| {
+            let mut flatten = false;
+            let _ = attr.path().is_ident("serde")
+                && attr
+                    .parse_nested_meta(|meta| {
+                        flatten |= meta.path.is_ident("flatten");
+                        if meta.input.peek(syn::Token![=]) {
+                            meta.value()?.parse::<syn::Expr>()?;
+                        } else if meta.input.peek(syn::token::Paren) {
+                            meta.parse_nested_meta(|_| Ok(()))?;
+                        }
+                        Ok(())
+                    })
+                    .is_ok();
+            flatten
+        })
+    }
 }
 
 impl Tool {

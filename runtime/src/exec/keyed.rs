@@ -219,22 +219,23 @@ pub(super) async fn run(
         None => None,
     };
     if let Ok(Err(err)) = &ran {
-        // Only the step's own answer passed on: an unknown outcome, or an error the body
-        // answered after it went on past the step, is settled as any other (released, the key
-        // would let a retry act again).
-        let passed_on = err.is(ErrorCode::Conflict) || err.is(ErrorCode::InProgress);
-        if scope.parent_must_be_released() && passed_on {
+        // An unknown outcome is kept whatever a step met: the body may have acted past it, and
+        // a released key would let a retry act again.
+        let unknown = err.is(ErrorCode::OutcomeUnknown);
+        if scope.parent_must_be_released() && !unknown {
             // A step met another action's record, or a step still running elsewhere: recording
             // this answer as the call's outcome would block the call that owns those steps.
             exec.stats.released.inc();
             holder.write(Write::Release, Some(renewal)).await;
-            return Err(stop_if_reached(&exec, def, limit, reached, err.clone()));
+            let answer = stop_if_reached(&exec, def, limit, reached, err.clone());
+            return Err(after_steps(def, &scope, answer));
         }
     }
     let value = settle(&holder, settings.retain, ran, renewal, Some(&exec.stats))
         .await
         .map_err(|err| texts::looked_up_on_retry(err, call_has_recover, def.key_follows_step()))
-        .map_err(|err| stop_if_reached(&exec, def, limit, reached, err))?;
+        .map_err(|err| stop_if_reached(&exec, def, limit, reached, err))
+        .map_err(|err| after_steps(def, &scope, err))?;
     clear_failures(&store, &rkey, Some(prior), def).await;
     Ok(ToolOutput {
         value,
@@ -389,6 +390,17 @@ pub(super) fn answer_completed(
         return Err(conflict(exec, def, &log_key, true));
     }
     replay(exec, def, &log_key, outcome)
+}
+
+/// `err`, or, for a tool keyed on its place in the run whose steps finished in this call, `err`
+/// no longer inviting a retry: the model's retry is a new call with a key of its own, which
+/// would do those steps again.
+fn after_steps(def: &ToolDefinition, scope: &OnceScope, err: ToolError) -> ToolError {
+    if err.is_retryable() && def.key_follows_step() && scope.a_step_finished() {
+        texts::steps_done_per_call(err)
+    } else {
+        err
+    }
 }
 
 /// `CONFLICT`: the key's record was made by a call with other arguments (`completed`: and its
