@@ -300,7 +300,7 @@ async fn a_step_name_used_twice_in_one_call_is_refused_not_skipped() {
         assert!(err.is(ErrorCode::Internal), "{err:?}");
         assert!(
             err.message()
-                .contains("step `send` already finished in this call"),
+                .contains("step `send` was already used in this call"),
             "{err}"
         );
         assert!(!err.is_retryable());
@@ -485,6 +485,110 @@ async fn key_fields_with_defaults_and_renamed_ignored_fields_are_not_a_whole_cal
     assert_eq!(out.count("notice:"), 1);
 }
 
+/// Sends two notices at once as two steps; until its code is fixed, both have one name.
+#[tool(idempotent(key = "notices:<order>", status = false))]
+async fn send_notices(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+) -> Result<(String, String), ToolError> {
+    let fixed = out.count("fixed") > 0;
+    let second = if fixed { "notice-2" } else { "notice-1" };
+    let send = |to: &'static str| {
+        let out = out.clone();
+        let order = order.clone();
+        async move { Ok::<_, ToolError>(format!("{}-{to}", out.act(format!("notice:{order}:{to}")))) }
+    };
+    let (a, b) = tokio::join!(
+        ctx.once("notice-1", send("ann")),
+        ctx.once(second, send("bob"))
+    );
+    Ok((a?, b?))
+}
+
+#[tokio::test]
+async fn two_steps_of_one_name_at_once_are_refused_and_the_fixed_code_finishes_the_call() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(SendNotices)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1"});
+    for _ in 0..2 {
+        let err = tb
+            .call("send_notices", args.clone(), &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::Internal), "{err:?}");
+        assert!(
+            err.message().contains("step `notice-1` was already used"),
+            "{err}"
+        );
+    }
+    // Bob's notice was never answered with Ann's; once the code is fixed, the call finishes,
+    // Ann's notice replayed.
+    assert_eq!(
+        (out.count("notice:o-1:ann"), out.count("notice:o-1:bob")),
+        (1, 0)
+    );
+    out.act("fixed");
+    let sent = tb.call("send_notices", args, &ctx()).await.unwrap();
+    assert_eq!(sent.value, json!(["1-ann", "3-bob"]));
+    assert_eq!(
+        (out.count("notice:o-1:ann"), out.count("notice:o-1:bob")),
+        (1, 1)
+    );
+}
+
+/// Charges each card of a list as a step named alike, noting each answer's code and going on.
+#[tool(idempotent(key = "cards:<order>", status = false))]
+async fn charge_cards(
+    out: State<Outside>,
+    ctx: &ToolContext,
+    order: String,
+    cards: Vec<String>,
+) -> Result<Vec<String>, ToolError> {
+    let _ = order;
+    let mut codes = Vec::new();
+    for card in cards {
+        let charged = ctx
+            .once("charge", async {
+                if card == "declined" {
+                    return Err(ToolError::new("CARD_DECLINED", "the card was declined"));
+                }
+                Ok::<_, ToolError>(out.act(format!("card:{card}")))
+            })
+            .await;
+        codes.push(match charged {
+            Ok(_) => "OK".to_string(),
+            Err(err) => err.code().to_string(),
+        });
+    }
+    Ok(codes)
+}
+
+#[tokio::test]
+async fn a_name_reused_after_a_failed_step_is_refused_not_answered_with_its_error() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ChargeCards)
+        .build()
+        .unwrap();
+    let codes = tb
+        .call(
+            "charge_cards",
+            json!({"order": "o-1", "cards": ["declined", "visa"]}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    // The visa was not answered with the first card's decline: its step was refused.
+    assert_eq!(codes.value, json!(["CARD_DECLINED", "INTERNAL"]));
+    assert_eq!(out.count("card:"), 0);
+}
+
 /// Applies a configuration patch to a service: the patch is any JSON.
 #[tool(idempotent(key = "patch:<service>", status = false))]
 async fn apply_patch(
@@ -511,7 +615,7 @@ async fn a_number_is_one_value_however_large_and_however_spelled() {
         (
             "s3",
             json!(9_223_372_036_854_775_808u64),
-            json!(9.223372036854775808e18),
+            json!(2f64.powi(63)),
         ),
     ] {
         let first = tb

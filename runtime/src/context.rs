@@ -207,9 +207,10 @@ impl ToolContext {
     /// recover hook must look for the effects of every step). Only inside a keyed
     /// (`idempotent`) tool's body.
     ///
-    /// Each step of one call needs a name of its own: a name used again after its step finished
-    /// in the same call is refused (`INTERNAL`, naming the step), since that step would
-    /// otherwise be skipped and answered with the first one's result. A loop names each round
+    /// Each step of one call needs a name of its own: a name used twice in one call (one after
+    /// the other, or at once) is refused (`INTERNAL`, naming the step), since that step would
+    /// otherwise be skipped and answered with the first one's result or error; the call's key
+    /// is freed, so that it can finish once the code is fixed. A loop names each round
     /// (`send-0`, `send-1`). A step that failed with a retryable error recorded nothing, and may
     /// be tried again under its name.
     ///

@@ -40,10 +40,14 @@ pub(crate) struct OnceScope {
     /// The parent is keyed on its place in the run (`<ctx.step>`): a new call would not replay
     /// the steps that finished, and the steps' answers must not say it would.
     per_call: bool,
-    /// The names of the steps that finished in this call (ran, or replayed): a name used again
-    /// is refused, since its step would otherwise be skipped and answered with the first one's
-    /// result. A step that failed and may be retried is not among them.
-    finished: Mutex<HashSet<Box<str>>>,
+    /// The names of the steps this call has used (running, or ended): a name used again is
+    /// refused, since its step would otherwise be skipped and answered with the first one's
+    /// result or error. A step that failed retryably recorded nothing: its name is given back,
+    /// and it may be tried again.
+    used: Mutex<HashSet<Box<str>>>,
+    /// Set once a step of this call acted or may have (it ran, or replayed an earlier run): a
+    /// new call would not find it.
+    acted: AtomicBool,
 }
 
 impl OnceScope {
@@ -68,7 +72,8 @@ impl OnceScope {
             recovered_not_found: AtomicBool::new(false),
             release_parent: AtomicBool::new(false),
             per_call: def.key_follows_step(),
-            finished: Mutex::default(),
+            used: Mutex::default(),
+            acted: AtomicBool::new(false),
         }
     }
 
@@ -103,8 +108,11 @@ impl OnceScope {
         if !valid_step_name(step) {
             return Err(texts::bad_step_name(step));
         }
-        if self.finished().contains(step) {
-            tracing::error!(tool = %self.tool, step, "a step name was used again after its step finished in this call: refused");
+        if !self.used().insert(step.into()) {
+            tracing::error!(tool = %self.tool, step, "a step name was used twice in one call: refused");
+            // A defect of the tool's code, not an outcome: the key is freed, so that once the
+            // code is fixed the call can finish (its finished steps replay).
+            self.release_parent.store(true, Ordering::SeqCst);
             return Err(texts::step_reused(step));
         }
         let key = self.key.step_key(step);
@@ -115,19 +123,19 @@ impl OnceScope {
             .instrument(span)
             .await;
         observed.finish(&result);
-        if result.is_ok() {
-            self.finished().insert(step.into());
+        if result.as_ref().is_err_and(ToolError::is_retryable) {
+            self.used().remove(step);
         }
         result
     }
 
-    fn finished(&self) -> std::sync::MutexGuard<'_, HashSet<Box<str>>> {
-        self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    fn used(&self) -> std::sync::MutexGuard<'_, HashSet<Box<str>>> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// True when a step finished in this call (ran, or replayed a finished one).
-    pub(crate) fn a_step_finished(&self) -> bool {
-        !self.finished().is_empty()
+    /// True when a step of this call acted or may have: it ran, or replayed an earlier run.
+    pub(crate) fn a_step_acted(&self) -> bool {
+        self.acted.load(Ordering::SeqCst)
     }
 
     async fn step<T, E, F>(
@@ -164,7 +172,10 @@ impl OnceScope {
                 }
             };
             let record = match reservation {
-                Reservation::Reserved { token, .. } => break token,
+                Reservation::Reserved { token, .. } => {
+                    self.acted.store(true, Ordering::SeqCst);
+                    break token;
+                }
                 Reservation::Existing(record) => record,
             };
             if record.fingerprint() != &self.fingerprint {
@@ -175,6 +186,7 @@ impl OnceScope {
             let value = match record {
                 Record::Completed { outcome, .. } => {
                     observed.mark(Happened::Replayed);
+                    self.acted.store(true, Ordering::SeqCst);
                     match outcome {
                         Outcome::Ok(value) => value,
                         Outcome::Err(err) => return Err(err),
@@ -191,7 +203,10 @@ impl OnceScope {
                         .await
                         .map_err(|e| e.step_refusal(step, self.per_call))?
                     {
-                        Some(token) => break token,
+                        Some(token) => {
+                            self.acted.store(true, Ordering::SeqCst);
+                            break token;
+                        }
                         // Another caller took it first: read the record again.
                         None => continue,
                     }

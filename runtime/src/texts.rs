@@ -249,9 +249,9 @@ pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolEr
 /// The same call failed `failures` times within `window` (each time with an answer that invited
 /// a retry), and its tool's retry limit allows no more. `last`: the code of the failure this
 /// answer replaces, when the limit was reached by this very call.
-/// A keyed tool's failures are counted by its key (`key`: the template), whatever the other
-/// arguments: the texts say so, since a call with other arguments under the key is refused
-/// too.
+/// A keyed tool's failures are counted by its key (`key`: the template, empty when the
+/// definition has none), whatever the other arguments: the texts say so, since a call with
+/// other arguments under the key is refused too.
 pub(crate) fn retry_limit(
     tool: &str,
     key: Option<&str>,
@@ -261,6 +261,10 @@ pub(crate) fn retry_limit(
 ) -> ToolError {
     let window = humantime::format_duration(window);
     let (counted, these) = match key {
+        Some("") => (
+            "for this key (every call with the same key counts, whatever its other arguments)".to_string(),
+            "for this key",
+        ),
         Some(template) => (
             format!("for this key (`{template}`: every call with the same key values counts, whatever its other arguments)"),
             "for this key",
@@ -479,12 +483,12 @@ pub(crate) fn step_in_progress(step: &str, per_call: bool) -> ToolError {
     })
 }
 
-/// A step name used again after its step finished in this call: the step would be skipped,
-/// answered with the first one's result.
+/// A step name used twice in one call: the step would be skipped, answered with the first
+/// one's result or error.
 pub(crate) fn step_reused(step: &str) -> ToolError {
     ToolError::new(
         ErrorCode::Internal,
-        format!("step `{step}` already finished in this call, and a step runs once: each step of a call needs a name of its own (a loop names each round, as `{step}-1`, `{step}-2`), or the later ones would be skipped; this one did not run, and the tool's code must be fixed"),
+        format!("step `{step}` was already used in this call, and a step runs once: each step of a call needs a name of its own (a loop names each round, as `{step}-1`, `{step}-2`), or the later ones would be skipped; this one did not run, and the tool's code must be fixed"),
     )
     .with_suggestion("do not repeat the action: what finished before it is done; tell the user that the tool is defective and what it reported")
 }
@@ -588,21 +592,25 @@ pub(crate) fn task_working(tool: &str) -> String {
 /// marked as safe to retry released the key, and the answer went with it.
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn task_unrecorded(code: &'static str, def: Named<'_>) -> ToolError {
-    let error = ToolError::new(
-        code,
-        format!(
-            "`{}` ended without recording an outcome (a failure that is safe to retry), so its answer was not kept",
-            def.tool
-        ),
-    );
     match def.per_call {
-        // Steps of the call may have finished, and a new call would do them again.
-        true => error.with_retryable(false).with_suggestion(format!(
+        // Steps of the call may have acted, and a new call would do them again.
+        true => ToolError::new(
+            code,
+            format!("`{}` ended without recording an outcome, so its answer was not kept", def.tool),
+        )
+        .with_retryable(false)
+        .with_suggestion(format!(
             "{NEW_CALL_NEW_ACTION}: do not call again; ask the user to check what was done"
         )),
-        false => error
-            .with_retryable(true)
-            .with_suggestion("call again with the same arguments: it will not run twice"),
+        false => ToolError::new(
+            code,
+            format!(
+                "`{}` ended without recording an outcome (a failure that is safe to retry), so its answer was not kept",
+                def.tool
+            ),
+        )
+        .with_retryable(true)
+        .with_suggestion("call again with the same arguments: it will not run twice"),
     }
 }
 
@@ -640,7 +648,7 @@ pub(crate) fn status_conflict(target: &str) -> String {
 /// could not be checked against them.
 pub(crate) fn status_key_only(target: &str) -> String {
     format!(
-        "only the key was checked: give every argument of the `{target}` call to learn whether this record is that call's, not another action's under the same key"
+        "only the key was checked, since no other argument of `{target}` was given: give them as the `{target}` call had them (a default spelled out) to learn whether this record is that call's, not another action's under the same key"
     )
 }
 
@@ -929,6 +937,11 @@ mod tests {
             .suggestion()
             .unwrap()
             .contains("`transfer` for this key"));
+        let no_template = retry_limit("transfer", Some(""), 10, window, None);
+        assert!(
+            no_template.message().contains("for this key (every call"),
+            "{no_template:?}"
+        );
         let unkeyed = retry_limit("transfer", None, 10, window, None);
         assert!(
             unkeyed.message().contains("with these arguments"),

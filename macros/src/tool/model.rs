@@ -78,19 +78,28 @@ impl Param {
         self.ident.unraw().to_string()
     }
 
-    /// The field's name in the arguments' JSON: its `#[serde(rename = "..")]`, else its name.
+    /// The field's name in the arguments' JSON, which are read: its `#[serde(rename = "..")]`
+    /// or `#[serde(rename(deserialize = ".."))]`, else its name.
     pub fn json_name(&self) -> String {
         let mut renamed = None;
         for attr in self.forwarded.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
-                if meta.path.is_ident("rename") && meta.input.peek(syn::Token![=]) {
+                let rename = meta.path.is_ident("rename");
+                if rename && meta.input.peek(syn::Token![=]) {
                     renamed = Some(meta.value()?.parse::<syn::LitStr>()?.value());
                 } else if meta.input.peek(syn::Token![=]) {
                     meta.value()?.parse::<syn::Expr>()?;
                 } else if meta.input.peek(syn::token::Paren) {
                     meta.parse_nested_meta(|inner| {
                         if inner.input.peek(syn::Token![=]) {
-                            inner.value()?.parse::<syn::Expr>()?;
+                            let value = inner.value()?.parse::<syn::Expr>()?;
+                            if let (true, true, syn::Expr::Lit(lit)) =
+                                (rename, inner.path.is_ident("deserialize"), value)
+                            {
+                                if let syn::Lit::Str(name) = lit.lit {
+                                    renamed = Some(name.value());
+                                }
+                            }
                         }
                         Ok(())
                     })?;

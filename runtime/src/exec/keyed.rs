@@ -392,11 +392,11 @@ pub(super) fn answer_completed(
     replay(exec, def, &log_key, outcome)
 }
 
-/// `err`, or, for a tool keyed on its place in the run whose steps finished in this call, `err`
-/// no longer inviting a retry: the model's retry is a new call with a key of its own, which
-/// would do those steps again.
+/// `err`, or, for a tool keyed on its place in the run a step of which acted (or may have) in
+/// this call, `err` no longer inviting a retry: the model's retry is a new call with a key of
+/// its own, which would do that step again.
 fn after_steps(def: &ToolDefinition, scope: &OnceScope, err: ToolError) -> ToolError {
-    if err.is_retryable() && def.key_follows_step() && scope.a_step_finished() {
+    if err.is_retryable() && def.key_follows_step() && scope.a_step_acted() {
         texts::steps_done_per_call(err)
     } else {
         err

@@ -58,7 +58,7 @@ impl Limit {
         last: Option<&str>,
     ) -> ToolError {
         let key = match def.story {
-            crate::Story::Idempotent => def.key_template.as_deref(),
+            crate::Story::Idempotent => Some(def.key_template.as_deref().unwrap_or_default()),
             _ => None,
         };
         texts::retry_limit(&def.name, key, failures, self.window, last)
