@@ -209,10 +209,17 @@ impl KeyPartWriter<'_> {
     }
 
     /// True when ASCII `text` is written as it is (bar its case): nothing in it is escaped, and
-    /// it holds no control character. Most values are, and are copied whole.
+    /// it holds no control character. Most values are, and are copied whole. A part whose case
+    /// is folded is judged as it will be written, lowercased: `A` becomes the `a` a template's
+    /// literal text may hold, and must be escaped like it.
     fn plain(&self, text: &str) -> bool {
         let refused = self.escaped | CONTROLS;
-        !text.bytes().any(|b| refused & bit(b) != 0)
+        match self.fold_case {
+            true => !text
+                .bytes()
+                .any(|b| refused & bit(b.to_ascii_lowercase()) != 0),
+            false => !text.bytes().any(|b| refused & bit(b) != 0),
+        }
     }
 
     /// True when `c` is written after an escape.
@@ -740,6 +747,22 @@ mod tests {
         let mut b = KeyBuilder::new("refund:", "");
         b.ctx_part("run\u{0}", "run_id");
         assert!(b.finish().unwrap_err().is(ErrorCode::MissingContext));
+    }
+
+    #[test]
+    fn a_folded_capital_is_escaped_as_the_literal_letter_it_becomes() {
+        // `nsa<x>a<y>`, both parts case-insensitive: ("A", "") and ("", "A") were both written
+        // `nsaaa`, the capital lowercased after the check that escapes the literal `a`.
+        let key = |x: &str, y: &str| {
+            let mut k = KeyBuilder::new("nsa", "a");
+            k.part_case_insensitive(x, "x");
+            k.literal("a");
+            k.part_case_insensitive(y, "y");
+            k.finish().unwrap().as_str().to_string()
+        };
+        assert_ne!(key("A", ""), key("", "A"));
+        assert_eq!(key("A", ""), key("a", ""));
+        assert_eq!(key("ABA", "b"), key("aba", "B"));
     }
 
     /// A `char` is its own value: white-space characters are distinct parts, not all the empty
