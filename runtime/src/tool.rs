@@ -231,6 +231,8 @@ pub struct ToolDefinition {
     pub(crate) status_tool: Option<String>,
     pub(crate) needs: Vec<StateNeed>,
     pub(crate) key_template: Option<String>,
+    /// The key template holds `<ctx.step>` (read once, when it is set: every keyed call asks).
+    follows_step: bool,
     pub(crate) ignored_arguments: Vec<String>,
     pub(crate) case_insensitive_arguments: Vec<String>,
 }
@@ -255,6 +257,7 @@ impl ToolDefinition {
             status_tool: None,
             needs: Vec::new(),
             key_template: None,
+            follows_step: false,
             ignored_arguments: Vec::new(),
             case_insensitive_arguments: Vec::new(),
         }
@@ -302,7 +305,8 @@ impl ToolDefinition {
     /// its answers never tell the model that calling again is safe.
     pub fn with_key_template(mut self, template: impl Into<String>) -> Self {
         let template = template.into();
-        if crate::key::follows_step(&template) {
+        self.follows_step = crate::key::follows_step(&template);
+        if self.follows_step {
             self.annotations.idempotent = false;
         }
         self.key_template = Some(template);
@@ -312,9 +316,7 @@ impl ToolDefinition {
     /// True when the key template holds `<ctx.step>`: each call of the tool has a key of its
     /// own (see [`with_key_template`](Self::with_key_template)).
     pub(crate) fn key_follows_step(&self) -> bool {
-        self.key_template
-            .as_deref()
-            .is_some_and(crate::key::follows_step)
+        self.follows_step
     }
 
     /// Declares an argument `#[arg(ignore)]`: left out of the fingerprint.
