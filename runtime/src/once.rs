@@ -5,7 +5,6 @@
 //! Nothing here knows the executor or the toolbox: a scope is the parent's store, key,
 //! fingerprint and settings, and two flags the parent reads when its body ends.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,8 +42,9 @@ pub(crate) struct OnceScope {
     /// The names of the steps this call has used (running, or ended): a name used again is
     /// refused, since its step would otherwise be skipped and answered with the first one's
     /// result or error. A step that failed retryably recorded nothing: its name is given back,
-    /// and it may be tried again.
-    used: Mutex<HashSet<Box<str>>>,
+    /// and it may be tried again. A list, not a set: a call has few steps, and a set would draw
+    /// its hasher's random keys on every keyed call, steps or not.
+    used: Mutex<Vec<Box<str>>>,
     /// Set once a step of this call acted or may have (it ran, or replayed an earlier run): a
     /// new call would not find it.
     acted: AtomicBool,
@@ -108,7 +108,7 @@ impl OnceScope {
         if !valid_step_name(step) {
             return Err(texts::bad_step_name(step));
         }
-        if !self.used().insert(step.into()) {
+        if !self.take_name(step) {
             tracing::error!(tool = %self.tool, step, "a step name was used twice in one call: refused");
             // A defect of the tool's code, not an outcome: the key is freed, so that once the
             // code is fixed the call can finish (its finished steps replay).
@@ -124,13 +124,23 @@ impl OnceScope {
             .await;
         observed.finish(&result);
         if result.as_ref().is_err_and(ToolError::is_retryable) {
-            self.used().remove(step);
+            self.used().retain(|name| **name != *step);
         }
         result
     }
 
-    fn used(&self) -> std::sync::MutexGuard<'_, HashSet<Box<str>>> {
+    fn used(&self) -> std::sync::MutexGuard<'_, Vec<Box<str>>> {
         self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `step` for this call; false when the call already used it.
+    fn take_name(&self, step: &str) -> bool {
+        let mut used = self.used();
+        if used.iter().any(|name| **name == *step) {
+            return false;
+        }
+        used.push(step.into());
+        true
     }
 
     /// True when a step of this call acted or may have: it ran, or replayed an earlier run.
