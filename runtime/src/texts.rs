@@ -249,27 +249,22 @@ pub(crate) fn timed_out(def: Named<'_>, story: Story, limit: Duration) -> ToolEr
 /// The same call failed `failures` times within `window` (each time with an answer that invited
 /// a retry), and its tool's retry limit allows no more. `last`: the code of the failure this
 /// answer replaces, when the limit was reached by this very call.
-/// A keyed tool's failures are counted by its key (`key`: the template, empty when the
-/// definition has none), whatever the other arguments: the texts say so, since a call with
-/// other arguments under the key is refused too.
+/// A keyed tool's failures are counted by its key (`by_key`), whatever the other arguments:
+/// the texts say so, since a call with other arguments under the key is refused too.
 pub(crate) fn retry_limit(
     tool: &str,
-    key: Option<&str>,
+    by_key: bool,
     failures: u64,
     window: Duration,
     last: Option<&str>,
 ) -> ToolError {
     let window = humantime::format_duration(window);
-    let (counted, these) = match key {
-        Some("") => (
-            "for this key (every call with the same key counts, whatever its other arguments)".to_string(),
+    let (counted, these) = match by_key {
+        true => (
+            "for this key (every call with the same key counts, whatever its other arguments)",
             "for this key",
         ),
-        Some(template) => (
-            format!("for this key (`{template}`: every call with the same key values counts, whatever its other arguments)"),
-            "for this key",
-        ),
-        None => ("with these arguments".to_string(), "with these arguments"),
+        false => ("with these arguments", "with these arguments"),
     };
     let message = match last {
         Some(code) => format!(
@@ -756,10 +751,10 @@ mod tests {
             steps_done_per_call(
                 StoreError::Unavailable("connection refused".into()).step_refusal("email", false),
             ),
-            retry_limit("send_invoice", None, 5, Duration::from_secs(600), None),
+            retry_limit("send_invoice", false, 5, Duration::from_secs(600), None),
             retry_limit(
                 "send_invoice",
-                Some("invoice:<customer>:<period>"),
+                true,
                 5,
                 Duration::from_secs(600),
                 Some("GATEWAY_BUSY"),
@@ -870,7 +865,7 @@ mod tests {
     fn a_retry_limit_stops_the_model_and_busy_invites_a_later_retry() {
         let window = Duration::from_secs(600);
         for last in [None, Some("GATEWAY_BUSY")] {
-            let err = retry_limit("send_invoice", None, 5, window, last);
+            let err = retry_limit("send_invoice", false, 5, window, last);
             assert!(
                 err.is(ErrorCode::RetryLimit) && !err.is_retryable(),
                 "{err:?}"
@@ -884,7 +879,7 @@ mod tests {
             );
             assert!(suggestion.contains("tell the user"), "{err:?}");
         }
-        let last = retry_limit("send_invoice", None, 5, window, Some("GATEWAY_BUSY"));
+        let last = retry_limit("send_invoice", false, 5, window, Some("GATEWAY_BUSY"));
         assert!(last.message().contains("`GATEWAY_BUSY`"), "{last:?}");
         let busy = busy("send_invoice", 2, Duration::from_millis(1500));
         assert!(busy.is(ErrorCode::Busy) && busy.is_retryable(), "{busy:?}");
@@ -926,7 +921,7 @@ mod tests {
     #[test]
     fn a_keyed_tools_retry_limit_says_it_counts_by_key() {
         let window = Duration::from_secs(600);
-        let keyed = retry_limit("transfer", Some("transfer:<account>"), 10, window, None);
+        let keyed = retry_limit("transfer", true, 10, window, None);
         assert!(keyed.message().contains("for this key"), "{keyed:?}");
         assert!(
             keyed.message().contains("whatever its other arguments"),
@@ -937,12 +932,11 @@ mod tests {
             .suggestion()
             .unwrap()
             .contains("`transfer` for this key"));
-        let no_template = retry_limit("transfer", Some(""), 10, window, None);
         assert!(
-            no_template.message().contains("for this key (every call"),
-            "{no_template:?}"
+            keyed.message().contains("for this key (every call"),
+            "{keyed:?}"
         );
-        let unkeyed = retry_limit("transfer", None, 10, window, None);
+        let unkeyed = retry_limit("transfer", false, 10, window, None);
         assert!(
             unkeyed.message().contains("with these arguments"),
             "{unkeyed:?}"

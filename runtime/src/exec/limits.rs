@@ -57,11 +57,8 @@ impl Limit {
         failures: u64,
         last: Option<&str>,
     ) -> ToolError {
-        let key = match def.story {
-            crate::Story::Idempotent => Some(def.key_template.as_deref().unwrap_or_default()),
-            _ => None,
-        };
-        texts::retry_limit(&def.name, key, failures, self.window, last)
+        let by_key = def.story == crate::Story::Idempotent;
+        texts::retry_limit(&def.name, by_key, failures, self.window, last)
     }
 }
 
