@@ -138,10 +138,7 @@ pub(crate) fn changed_fields(a: &Value, b: &Value) -> Vec<String> {
 
 /// The `<name>` placeholders of a key template that are arguments (not `ctx.*`).
 fn key_fields(template: &str) -> Vec<String> {
-    template
-        .split('<')
-        .skip(1)
-        .filter_map(|rest| rest.split_once('>').map(|(name, _)| name))
+    crate::key::placeholders(template)
         .filter(|name| !name.starts_with("ctx."))
         .map(str::to_string)
         .collect()
@@ -253,6 +250,15 @@ mod tests {
     fn key_fields_leave_out_the_context() {
         assert_eq!(
             key_fields("refund:<order>:<ctx.run_id>:<ctx.step>:<line>"),
+            ["order", "line"]
+        );
+    }
+
+    /// Read as the macro reads a template: white space inside the brackets is not the name's.
+    #[test]
+    fn key_fields_are_named_as_the_macro_names_them() {
+        assert_eq!(
+            key_fields("refund:< order >:< ctx.step >:<line >"),
             ["order", "line"]
         );
     }
