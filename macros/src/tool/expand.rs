@@ -291,12 +291,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     if key_params.iter().any(|k| k.ident == p.ident) {
                         return quote!(#(#docs)* #(#forwarded)* #ident: #ty);
                     }
-                    let serde_says = |word: &str| {
-                        forwarded.iter().any(|a| {
-                            a.path().is_ident("serde") && quote!(#a).to_string().contains(word)
-                        })
-                    };
-                    if serde_says("flatten") {
+                    if p.serde_flatten() {
                         // Its fields sit beside the others in the call's arguments: taken as the
                         // target takes them, or none at all, never refused as unknown.
                         return quote! {
