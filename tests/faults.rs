@@ -639,3 +639,59 @@ async fn an_outcome_retried_after_the_call_keeps_its_lease_on_one_thread() {
     assert_eq!(out.value, json!("pick-1"));
     assert_eq!(warehouse.picks(), 1);
 }
+
+/// Pick an order as a step, trying the step again within the call while the store is down.
+#[tool(idempotent(key = "step-pick:<order>", status = false))]
+async fn step_pick(
+    warehouse: State<Warehouse>,
+    ctx: &ToolContext,
+    order: String,
+) -> Result<String, ToolError> {
+    let mut last = None;
+    for _ in 0..3 {
+        match ctx
+            .once("pick", async {
+                Ok::<_, ToolError>(warehouse.pick(&order).await)
+            })
+            .await
+        {
+            Ok(pick) => return Ok(pick),
+            Err(err) if err.is_retryable() => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.expect("three tries"))
+}
+
+/// A step's reserve applied with its reply lost: the step did not run, its reservation is freed
+/// and its name given back, so the body's own retry of the step runs it, once.
+#[tokio::test]
+async fn a_step_whose_reserve_reply_was_lost_runs_once_when_the_body_tries_it_again() {
+    let store = FaultyStore::new(
+        MemoryStore::new(),
+        // The call's own reserve goes through; the step's first loses its reply.
+        Plan::script([
+            (Op::Reserve, Fault::Delay(Duration::ZERO)),
+            (Op::Reserve, Fault::LoseReply),
+        ]),
+    );
+    let warehouse = Arc::new(Warehouse::default());
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .shared_state(warehouse.clone())
+        .tool(StepPick)
+        .build()
+        .unwrap();
+    let out = toolbox
+        .call("step_pick", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((out.value, out.replayed), (json!("pick-1"), false));
+    let again = toolbox
+        .call("step_pick", json!({"order": "o-9"}), &ctx())
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(warehouse.picks(), 1);
+    assert!(toolbox.shutdown().await.is_clean());
+}
