@@ -485,6 +485,66 @@ async fn key_fields_with_defaults_and_renamed_ignored_fields_are_not_a_whole_cal
     assert_eq!(out.count("notice:"), 1);
 }
 
+/// Sends a notice; its region, part of the key, is `zone` in the arguments and has a default.
+#[tool(idempotent(key = "notice-zone:<order>:<region>", status = "notice_zone_status"))]
+async fn notice_zone(
+    out: State<Outside>,
+    order: String,
+    #[serde(rename = "zone", default)] region: String,
+    urgent: Option<bool>,
+) -> Result<String, ToolError> {
+    let n = out.act(format!("notice:{order}:{region}"));
+    Ok(format!("n-{n}-{}", urgent.unwrap_or_default()))
+}
+
+/// A key field renamed in the arguments is a key field by its JSON name: a status call naming
+/// the key alone is answered by key, not checked as a call with the other fields' defaults.
+#[tokio::test]
+async fn a_renamed_key_field_with_a_default_is_part_of_the_key_for_the_status_check() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(NoticeZone)
+        .build()
+        .unwrap();
+    let sent = json!({"order": "o-1", "zone": "eu", "urgent": true});
+    tb.call("notice_zone", sent.clone(), &ctx()).await.unwrap();
+    let by_key = tb
+        .call(
+            "notice_zone_status",
+            json!({"order": "o-1", "zone": "eu"}),
+            &ctx(),
+        )
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert!(
+        by_key.get("note").is_some(),
+        "checked by key alone: {by_key}"
+    );
+    let own = tb
+        .call("notice_zone_status", sent, &ctx())
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(own["status"], "completed", "{own}");
+    assert!(own.get("note").is_none(), "{own}");
+    let other = tb
+        .call(
+            "notice_zone_status",
+            json!({"order": "o-1", "zone": "eu", "urgent": false}),
+            &ctx(),
+        )
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(other["status"], "conflict", "{other}");
+    let definition = tb.definition("notice_zone").unwrap();
+    assert_eq!(definition.key_arguments(), ["order", "zone"]);
+    assert_eq!(out.count("notice:o-1:eu"), 1);
+}
+
 /// Sends two notices at once as two steps; until its code is fixed, both have one name.
 #[tool(idempotent(key = "notices:<order>", status = false))]
 async fn send_notices(

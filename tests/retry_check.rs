@@ -110,6 +110,22 @@ async fn charge_keyed_on_note(
     Ok(payments.charge(&order, cents, &note))
 }
 
+/// Charge an order, which the arguments name `order_id`.
+#[tool(idempotent(key = "charge-renamed:<order>"))]
+async fn charge_renamed(
+    payments: State<Payments>,
+    /// The order, for example "o-1".
+    #[serde(rename = "order_id")]
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
 fn args() -> Value {
     json!({"order": "o-1", "cents": 500, "note": "Thanks for your order"})
 }
@@ -123,6 +139,7 @@ fn check(tool: &'static str, args: Value, backend: Backend) -> RetryCheck<Arc<Pa
                 .tool(ChargeLookingElsewhere)
                 .tool(ChargeMonthly)
                 .tool(ChargeKeyedOnNote)
+                .tool(ChargeRenamed)
                 .build()
         })
         .effects(|payments| payments.count())
@@ -194,6 +211,25 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
         assert_eq!(
             answer(LeaseLapse),
             "lease lapsed; retry replayed (found by the recover hook), first call ok"
+        );
+    }
+}
+
+/// A key field the arguments spell otherwise is respelled under its JSON name, and never taken
+/// for the field a retry changes to make another call under the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_field_renamed_in_the_arguments_is_respelled_by_its_json_name() {
+    for backend in backends() {
+        let renamed = json!({"order_id": "o-1", "cents": 500, "note": "Thanks"});
+        let report = check("charge_renamed", renamed, backend).run().await;
+        report.assert_retry_safe();
+        // `note` reworded, `order_id` respelled with spaces, and both at once.
+        let row = report.row(Reworded).unwrap();
+        assert_eq!(row.answer, "ok, then 3 retries: replayed", "{report}");
+        assert_eq!((row.expected, row.observed), (1, 1), "{report}");
+        assert_eq!(
+            report.row(OtherArguments).unwrap().answer,
+            "ok, then CONFLICT"
         );
     }
 }

@@ -235,6 +235,8 @@ pub struct ToolDefinition {
     follows_step: bool,
     pub(crate) ignored_arguments: Vec<String>,
     pub(crate) case_insensitive_arguments: Vec<String>,
+    /// Parameters the arguments' JSON spells otherwise: (the fn's name, the JSON's name).
+    renamed_arguments: Vec<(String, String)>,
 }
 
 impl ToolDefinition {
@@ -260,6 +262,7 @@ impl ToolDefinition {
             follows_step: false,
             ignored_arguments: Vec::new(),
             case_insensitive_arguments: Vec::new(),
+            renamed_arguments: Vec::new(),
         }
     }
 
@@ -319,15 +322,41 @@ impl ToolDefinition {
         self.follows_step
     }
 
-    /// Declares an argument `#[arg(ignore)]`: left out of the fingerprint.
+    /// Declares an argument `#[arg(ignore)]`, by its name in the arguments' JSON: left out of
+    /// the fingerprint.
     pub fn with_ignored_argument(mut self, name: impl Into<String>) -> Self {
         self.ignored_arguments.push(name.into());
         self
     }
 
-    /// Declares an argument `#[arg(key = "case_insensitive")]`: lowercased in the key.
+    /// Declares an argument `#[arg(key = "case_insensitive")]`, by its name in the arguments'
+    /// JSON: lowercased in the key.
     pub fn with_case_insensitive_argument(mut self, name: impl Into<String>) -> Self {
         self.case_insensitive_arguments.push(name.into());
+        self
+    }
+
+    /// Declares that the parameter `field` is read from the arguments under `json_name`
+    /// (`#[serde(rename = "..")]`). A key template names its fields as the fn does; what reads
+    /// the arguments (the status check, the testing kit) finds them by
+    /// [`key_arguments`](Self::key_arguments), in the JSON's spelling.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolkey::{Story, ToolDefinition};
+    ///
+    /// let def = ToolDefinition::new("send_invoice", "Sends an invoice.", json!({}), Story::Idempotent)
+    ///     .with_key_template("invoice:<customer>:<period>")
+    ///     .with_renamed_argument("customer", "customer_id");
+    /// assert_eq!(def.key_arguments(), ["customer_id", "period"]);
+    /// ```
+    pub fn with_renamed_argument(
+        mut self,
+        field: impl Into<String>,
+        json_name: impl Into<String>,
+    ) -> Self {
+        self.renamed_arguments
+            .push((field.into(), json_name.into()));
         self
     }
 
@@ -388,13 +417,33 @@ impl ToolDefinition {
         self.key_template.as_deref()
     }
 
+    /// The arguments the key template names (`<ctx.*>` left out), as the arguments' JSON spells
+    /// them: `["customer", "period"]` for `"invoice:<customer>:<period>"`, unless a field is
+    /// renamed (see [`with_renamed_argument`](Self::with_renamed_argument)).
+    pub fn key_arguments(&self) -> Vec<String> {
+        let Some(template) = &self.key_template else {
+            return Vec::new();
+        };
+        crate::key::placeholders(template)
+            .filter(|name| !name.starts_with("ctx."))
+            .map(|name| {
+                let renamed = self
+                    .renamed_arguments
+                    .iter()
+                    .find(|(field, _)| field == name);
+                renamed.map_or(name, |(_, json)| json.as_str()).to_owned()
+            })
+            .collect()
+    }
+
     /// The arguments marked `#[arg(ignore)]`: free text a retry may reword, left out of the
     /// fingerprint.
     pub fn ignored_arguments(&self) -> &[String] {
         &self.ignored_arguments
     }
 
-    /// The arguments marked `#[arg(key = "case_insensitive")]`: lowercased in the key.
+    /// The arguments marked `#[arg(key = "case_insensitive")]`, as the arguments' JSON spells
+    /// them: lowercased in the key.
     pub fn case_insensitive_arguments(&self) -> &[String] {
         &self.case_insensitive_arguments
     }

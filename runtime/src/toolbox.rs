@@ -89,8 +89,8 @@ struct StatusEntry {
     checked: Vec<String>,
 }
 
-/// The arguments of `target` outside the key (the template's fields, and the companion's
-/// required ones) that its fingerprint covers (not ignored): the fields by which two calls
+/// The arguments of `target` outside the key (the template's fields as the JSON names them, and
+/// the companion's required ones) that its fingerprint covers (not ignored): the fields by which two calls
 /// under one key differ.
 fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
     let required = |def: &ToolDefinition| -> Vec<String> {
@@ -105,13 +105,7 @@ fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<St
             .unwrap_or_default()
     };
     let mut key = required(companion);
-    key.extend(
-        target
-            .key_template
-            .iter()
-            .flat_map(|template| crate::key::placeholders(template))
-            .map(str::to_owned),
-    );
+    key.extend(target.key_arguments());
     target.input_schema["properties"]
         .as_object()
         .map(|properties| {

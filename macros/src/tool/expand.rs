@@ -112,9 +112,14 @@ pub fn expand(tool: &Tool) -> TokenStream {
         .model_params()
         .filter(|p| p.case_insensitive.is_some())
         .map(|p| {
-            let name = p.field_name();
+            let name = p.json_name();
             quote!(.with_case_insensitive_argument(#name))
         });
+    // A key template names its fields as the fn does; what reads the arguments reads the JSON.
+    let renamed = tool.model_params().filter_map(|p| {
+        let (field, json) = (p.field_name(), p.json_name());
+        (field != json).then(|| quote!(.with_renamed_argument(#field, #json)))
+    });
 
     let states: Vec<(Ident, &syn::Type)> = tool
         .params
@@ -376,6 +381,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         #key_template
                         #(#ignored)*
                         #(#case_insensitive)*
+                        #(#renamed)*
                         #(#state_needs)*
                 }
 

@@ -23,7 +23,7 @@ impl<'a> Fields<'a> {
     pub(crate) fn of(def: &'a ToolDefinition) -> Fields<'a> {
         Fields {
             def,
-            key: def.key_template().map(key_fields).unwrap_or_default(),
+            key: def.key_arguments(),
         }
     }
 
@@ -136,14 +136,6 @@ pub(crate) fn changed_fields(a: &Value, b: &Value) -> Vec<String> {
     names
 }
 
-/// The `<name>` placeholders of a key template that are arguments (not `ctx.*`).
-fn key_fields(template: &str) -> Vec<String> {
-    crate::key::placeholders(template)
-        .filter(|name| !name.starts_with("ctx."))
-        .map(str::to_string)
-        .collect()
-}
-
 fn with<'n>(args: &Value, changes: impl IntoIterator<Item = (&'n str, Value)>) -> Value {
     let mut args = args.clone();
     if let Some(object) = args.as_object_mut() {
@@ -246,11 +238,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The key's fields of a definition keyed by `template`, `line` renamed `line_no`.
+    fn key_fields(template: &str) -> Vec<String> {
+        ToolDefinition::new("refund", "", json!({}), crate::Story::Idempotent)
+            .with_key_template(template)
+            .with_renamed_argument("line", "line_no")
+            .key_arguments()
+    }
+
     #[test]
-    fn key_fields_leave_out_the_context() {
+    fn key_fields_leave_out_the_context_and_are_named_as_the_json_names_them() {
         assert_eq!(
             key_fields("refund:<order>:<ctx.run_id>:<ctx.step>:<line>"),
-            ["order", "line"]
+            ["order", "line_no"]
         );
     }
 
@@ -259,7 +259,7 @@ mod tests {
     fn key_fields_are_named_as_the_macro_names_them() {
         assert_eq!(
             key_fields("refund:< order >:< ctx.step >:<line >"),
-            ["order", "line"]
+            ["order", "line_no"]
         );
     }
 
