@@ -545,6 +545,207 @@ async fn a_renamed_key_field_with_a_default_is_part_of_the_key_for_the_status_ch
     assert_eq!(out.count("notice:o-1:eu"), 1);
 }
 
+/// Charges part of an order, in a currency; the order is `order_id` in the arguments.
+#[tool(idempotent(key = "charge-part:<order>", status = "charge_part_status"))]
+async fn charge_part(
+    out: State<Outside>,
+    #[serde(rename = "order_id")] order: String,
+    cents: i64,
+    currency: String,
+) -> Result<String, ToolError> {
+    let n = out.act(format!("charge:{order}:{cents}"));
+    Ok(format!("c-{n}-{currency}"))
+}
+
+/// A status call that gives a field beside the key but not a whole call is refused, naming
+/// what is missing: answered by key, it said `completed` for an amount that never ran.
+#[tokio::test]
+async fn a_status_call_that_gives_some_fields_beside_the_key_is_refused_not_answered_by_key() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ChargePart)
+        .build()
+        .unwrap();
+    let charged = json!({"order_id": "o-1", "cents": 5, "currency": "eur"});
+    tb.call("charge_part", charged.clone(), &ctx())
+        .await
+        .unwrap();
+    let err = tb
+        .call(
+            "charge_part_status",
+            json!({"order_id": "o-1", "cents": 6}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("`currency`"), "{err:?}");
+    assert!(err.is_retryable());
+    let suggestion = err.suggestion().unwrap();
+    assert!(
+        suggestion.contains("with every argument of the `charge_part` call"),
+        "{suggestion}"
+    );
+    // Either way the suggestion reads, the answer is true.
+    let by_key = tb
+        .call("charge_part_status", json!({"order_id": "o-1"}), &ctx())
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert!(by_key.get("note").is_some(), "{by_key}");
+    let whole = json!({"order_id": "o-1", "cents": 6, "currency": "eur"});
+    let other = tb
+        .call("charge_part_status", whole, &ctx())
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(other["status"], "conflict", "{other}");
+    let own = tb
+        .call("charge_part_status", charged, &ctx())
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(
+        (&own["status"], own.get("note")),
+        (&json!("completed"), None)
+    );
+    assert_eq!(out.count("charge:"), 1);
+}
+
+/// Sends a notice; its urgency may be given as `priority`, and its zone, part of the key, is
+/// `zone` in the arguments.
+#[tool(idempotent(key = "notice-alias:<order>:<region>", status = "notice_alias_status"))]
+async fn notice_alias(
+    out: State<Outside>,
+    order: String,
+    #[serde(rename = "zone", default)] region: String,
+    #[serde(alias = "priority")] urgent: Option<bool>,
+    #[serde(rename = "lang", default)] language: String,
+) -> Result<String, ToolError> {
+    let n = out.act(format!("notice:{order}:{region}"));
+    Ok(format!("n-{n}-{}-{language}", urgent.unwrap_or_default()))
+}
+
+/// A field given by its alias names it: a status call with another urgency by its alias is
+/// checked, and answered `conflict`, not `completed` by key. A field beside the key that is
+/// renamed and has a default compiles, and is read by its JSON name.
+#[tokio::test]
+async fn a_field_given_by_its_alias_is_checked_by_the_status_companion() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(NoticeAlias)
+        .build()
+        .unwrap();
+    let sent = json!({"order": "o-1", "zone": "eu", "priority": true});
+    tb.call("notice_alias", sent.clone(), &ctx()).await.unwrap();
+    let status = |args: Value| {
+        let tb = tb.clone();
+        async move {
+            tb.call("notice_alias_status", args, &ctx())
+                .await
+                .unwrap()
+                .value
+        }
+    };
+    let other = status(json!({"order": "o-1", "zone": "eu", "priority": false})).await;
+    assert_eq!(other["status"], "conflict", "{other}");
+    let other = status(json!({"order": "o-1", "zone": "eu", "urgent": true, "lang": "en"})).await;
+    assert_eq!(other["status"], "conflict", "{other}");
+    for own in [
+        sent,
+        json!({"order": "o-1", "zone": "eu", "urgent": true}),
+        json!({"order": "o-1", "zone": "eu", "priority": true, "lang": ""}),
+    ] {
+        let own = status(own).await;
+        assert_eq!(
+            (&own["status"], own.get("note")),
+            (&json!("completed"), None),
+            "{own}"
+        );
+    }
+    let by_key = status(json!({"order": "o-1", "zone": "eu"})).await;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert!(by_key.get("note").is_some(), "{by_key}");
+    assert_eq!(out.count("notice:"), 1);
+}
+
+/// Books a room by its type, a raw identifier, which the key names as serde does: `<type>`.
+#[tool(idempotent(key = "room:<type>:<night>", status = "book_room_status"))]
+async fn book_room(
+    out: State<Outside>,
+    r#type: String,
+    night: String,
+    guests: u32,
+) -> Result<String, ToolError> {
+    let n = out.act(format!("room:{type}:{night}", type = r#type));
+    Ok(format!("r-{n}-{guests}"))
+}
+
+/// A raw identifier is a key field by the name serde gives it, and a key error names each
+/// field as the arguments spell it.
+#[tokio::test]
+async fn a_raw_identifier_is_a_key_field_and_key_errors_name_the_json_field() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(BookRoom)
+        .tool(NoticeZone)
+        .build()
+        .unwrap();
+    assert_eq!(
+        tb.definition("book_room").unwrap().key_arguments(),
+        ["type", "night"]
+    );
+    let booked = json!({"type": "double", "night": "2026-12-24", "guests": 2});
+    let first = tb.call("book_room", booked.clone(), &ctx()).await.unwrap();
+    let again = tb
+        .call(
+            "book_room",
+            json!({"type": " double ", "night": "2026-12-24", "guests": 2}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(first.value, again.value);
+    let err = tb
+        .call(
+            "book_room",
+            json!({"type": "double", "night": "2026-12-24", "guests": 3}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    let by_key = tb
+        .call(
+            "book_room_status",
+            json!({"type": "double", "night": "2026-12-24"}),
+            &ctx(),
+        )
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert_eq!(out.count("room:"), 1);
+
+    let err = tb
+        .call(
+            "notice_zone",
+            json!({"order": "o-1", "zone": "e\u{0}u"}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("`zone`"), "{err:?}");
+    assert!(!err.message().contains("`region`"), "{err:?}");
+    assert_eq!(out.count("notice:"), 0);
+}
+
 /// Sends two notices at once as two steps; until its code is fixed, both have one name.
 #[tool(idempotent(key = "notices:<order>", status = false))]
 async fn send_notices(

@@ -624,6 +624,23 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Status companions
 
+/// A status call of `status` gave arguments of `target` beyond its key, but not a whole call of
+/// it (`err`: why `target` refuses them): they cannot be checked against what ran, and answered
+/// by key they would be answered for a call they do not name.
+pub(crate) fn status_not_a_whole_call(status: &str, target: &str, err: ToolError) -> ToolError {
+    ToolError::new(
+        err.code().to_string(),
+        format!(
+            "these arguments name a `{target}` call beyond its key but are not a whole call of it ({}), so `{status}` cannot check them against what ran",
+            err.message()
+        ),
+    )
+    .with_retryable(true)
+    .with_suggestion(format!(
+        "call `{status}` with every argument of the `{target}` call asked about, or with only its key's fields"
+    ))
+}
+
 /// The description of `target`'s status companion, written here once, not in every expansion.
 pub(crate) fn status_description(target: &str) -> String {
     format!(
@@ -760,6 +777,17 @@ mod tests {
                 Some("GATEWAY_BUSY"),
             ),
             busy("send_invoice", 2, Duration::from_secs(2)),
+            status_not_a_whole_call(
+                "invoice_status",
+                "send_invoice",
+                invalid_arguments(
+                    "send_invoice",
+                    ".",
+                    "missing field `amount`",
+                    Some("amount"),
+                    None,
+                ),
+            ),
         ];
         for status in [None, Some("invoice_status")] {
             let def = named(status);

@@ -237,6 +237,8 @@ pub struct ToolDefinition {
     pub(crate) case_insensitive_arguments: Vec<String>,
     /// Parameters the arguments' JSON spells otherwise: (the fn's name, the JSON's name).
     renamed_arguments: Vec<(String, String)>,
+    /// Other names the arguments' JSON may give an argument: (its JSON name, an alias).
+    argument_aliases: Vec<(String, String)>,
 }
 
 impl ToolDefinition {
@@ -263,6 +265,7 @@ impl ToolDefinition {
             ignored_arguments: Vec::new(),
             case_insensitive_arguments: Vec::new(),
             renamed_arguments: Vec::new(),
+            argument_aliases: Vec::new(),
         }
     }
 
@@ -358,6 +361,27 @@ impl ToolDefinition {
         self.renamed_arguments
             .push((field.into(), json_name.into()));
         self
+    }
+
+    /// Declares that the argument `name` (as the JSON names it) may also be given as `alias`
+    /// (`#[serde(alias = "..")]`): a status call that gives it by its alias names it too.
+    pub fn with_argument_alias(
+        mut self,
+        name: impl Into<String>,
+        alias: impl Into<String>,
+    ) -> Self {
+        self.argument_aliases.push((name.into(), alias.into()));
+        self
+    }
+
+    /// The names the arguments' JSON may give the argument `name`: `name`, then its aliases.
+    pub(crate) fn names_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        let aliases = self.argument_aliases.iter();
+        std::iter::once(name).chain(
+            aliases
+                .filter(move |(of, _)| of == name)
+                .map(|(_, alias)| alias.as_str()),
+        )
     }
 
     /// Declares that the tool needs `State<T>` from the toolbox.

@@ -90,8 +90,9 @@ struct StatusEntry {
 }
 
 /// The arguments of `target` outside the key (the template's fields as the JSON names them, and
-/// the companion's required ones) that its fingerprint covers (not ignored): the fields by which two calls
-/// under one key differ.
+/// the companion's required ones) that its fingerprint covers (not ignored): the fields by which
+/// two calls under one key differ. Each is listed by every name it may be given by (its aliases
+/// too).
 fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
     let required = |def: &ToolDefinition| -> Vec<String> {
         def.input_schema["required"]
@@ -112,7 +113,7 @@ fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<St
             properties
                 .keys()
                 .filter(|name| !key.contains(name) && !target.ignored_arguments.contains(name))
-                .cloned()
+                .flat_map(|name| target.names_of(name).map(str::to_owned))
                 .collect()
         })
         .unwrap_or_default()
@@ -493,13 +494,22 @@ impl Toolbox {
                 // key is not these arguments' outcome. Arguments that name only the key cannot
                 // be checked, even when the target's other arguments all have defaults: the
                 // call asked about may have given them.
-                let names_a_call = checked.is_empty()
-                    || args
-                        .as_object()
-                        .is_some_and(|given| checked.iter().any(|name| given.contains_key(name)));
+                // Arguments that give one of the other fields but make no whole call are
+                // refused: answered by key, they would be answered for a call they do not name.
+                let gives_checked = args
+                    .as_object()
+                    .is_some_and(|given| checked.iter().any(|name| given.contains_key(name)));
                 let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) if names_a_call => {
-                        registered.tool.prepare(&args, ctx).ok()
+                    Some(Entry::Tool(registered)) if checked.is_empty() || gives_checked => {
+                        match registered.tool.prepare(&args, ctx) {
+                            Ok(call) => Some(call),
+                            // A value refused whatever else is given: the refusal, as it is.
+                            Err(err) if gives_checked && !err.is_retryable() => return Err(err),
+                            Err(err) if gives_checked => {
+                                return Err(texts::status_not_a_whole_call(name, target, err))
+                            }
+                            Err(_) => None,
+                        }
                     }
                     _ => None,
                 };

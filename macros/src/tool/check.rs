@@ -5,7 +5,7 @@ use syn::Type;
 
 use super::ctxt::{did_you_mean, Ctxt};
 use super::key::{Piece, Template, CTX_FIELDS};
-use super::model::{last_segment, ParamKind, Tool};
+use super::model::{last_segment, Param, ParamKind, Tool};
 
 /// The longest literal namespace: with a 64-hex hash after it, a key stays within 255 bytes.
 const MAX_PREFIX_BYTES: usize = 128;
@@ -100,7 +100,7 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
         .flat_map(|t| t.params())
         .collect();
     for param in tool.model_params() {
-        let is_key = key_fields.iter().any(|f| param.ident == f);
+        let is_key = key_fields.iter().any(|f| param.field_name() == *f);
         if let (Some(span), true) = (param.ignore, is_key) {
             cx.error_at(
                 span,
@@ -183,7 +183,7 @@ fn check_template(cx: &Ctxt, tool: &Tool, template: &Template) {
     }
     let mut seen: Vec<&Piece> = Vec::new();
     let mut previous: Option<&Piece> = None;
-    let params: Vec<String> = tool.model_params().map(|p| p.ident.to_string()).collect();
+    let params: Vec<String> = tool.model_params().map(Param::field_name).collect();
     for piece in &template.pieces {
         if let (Some(prev @ (Piece::Param(_) | Piece::Ctx(_))), Piece::Param(_) | Piece::Ctx(_)) =
             (previous, piece)

@@ -1,6 +1,6 @@
 //! The generated code. `quote!` only: every decision was made in `model` and `check`.
 
-use proc_macro2::{Ident, Span, TokenStream};
+use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
@@ -120,6 +120,12 @@ pub fn expand(tool: &Tool) -> TokenStream {
         let (field, json) = (p.field_name(), p.json_name());
         (field != json).then(|| quote!(.with_renamed_argument(#field, #json)))
     });
+    let aliases = tool.model_params().flat_map(|p| {
+        let json = p.json_name();
+        p.aliases()
+            .into_iter()
+            .map(move |alias| quote!(.with_argument_alias(#json, #alias)))
+    });
 
     let states: Vec<(Ident, &syn::Type)> = tool
         .params
@@ -203,8 +209,10 @@ pub fn expand(tool: &Tool) -> TokenStream {
             let plain_fields = tool.model_params().all(only_defaults);
             let key_args: Vec<TokenStream> = template
                 .params()
-                .map(|name| {
-                    let ident = Ident::new(name, Span::call_site());
+                // An unknown placeholder was reported by `check`.
+                .filter_map(|name| tool.param(name))
+                .map(|param| {
+                    let ident = &param.ident;
                     quote!(&__a.#ident)
                 })
                 .collect();
@@ -213,7 +221,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
             let key_fields: Vec<&str> = template.params().collect();
             let fp_fields: Vec<&Param> = tool
                 .model_params()
-                .filter(|p| p.ignore.is_none() && !key_fields.iter().any(|k| p.ident == k))
+                .filter(|p| p.ignore.is_none() && !key_fields.iter().any(|k| p.field_name() == *k))
                 .collect();
             let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
             let fp_types = fp_fields.iter().map(|p| &p.ty);
@@ -306,18 +314,18 @@ pub fn expand(tool: &Tool) -> TokenStream {
                             #ident: ::core::option::Option<#ty>
                         };
                     }
-                    let renames = forwarded.iter().filter(|a| {
-                        a.path().is_ident("serde") && {
-                            let text = quote!(#a).to_string();
-                            text.contains("rename") || text.contains("alias")
-                        }
-                    });
+                    // Read by the names the target reads it by, and nothing else of its serde
+                    // attributes: its own `default` would be a second one.
+                    let json = p.json_name();
+                    let rename = (json != p.field_name()).then(|| quote!(#[serde(rename = #json)]));
+                    let aliases = p.aliases();
                     let schema_type = format!("::core::option::Option<{}>", quote!(#ty));
                     quote! {
                         #(#docs)*
                         #[doc = ""]
                         #[doc = #ignored_doc]
-                        #(#renames)*
+                        #rename
+                        #(#[serde(alias = #aliases)])*
                         #[serde(default)]
                         #[schemars(with = #schema_type)]
                         #[allow(dead_code)]
@@ -382,6 +390,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         #(#ignored)*
                         #(#case_insensitive)*
                         #(#renamed)*
+                        #(#aliases)*
                         #(#state_needs)*
                 }
 
@@ -547,7 +556,8 @@ fn key_fn(tool: &Tool, keyed: &Keyed, template: &Template, tk: &TokenStream) -> 
                 // An unknown placeholder was reported by `check`.
                 let param = tool.param(name)?;
                 let (ident, ty) = (&param.ident, &param.ty);
-                let field = param.field_name();
+                // As the arguments spell it: a key error names the field the model sent.
+                let field = param.json_name();
                 let part = if param.case_insensitive.is_some() {
                     quote!(part_case_insensitive)
                 } else {

@@ -81,14 +81,33 @@ impl Param {
     /// The field's name in the arguments' JSON, which are read: its `#[serde(rename = "..")]`
     /// or `#[serde(rename(deserialize = ".."))]`, else its name.
     pub fn json_name(&self) -> String {
-        let mut renamed = None;
+        self.serde_names().0.unwrap_or_else(|| self.field_name())
+    }
+
+    /// The other names the arguments' JSON may give the field: its `#[serde(alias = "..")]`s.
+    pub fn aliases(&self) -> Vec<String> {
+        self.serde_names().1
+    }
+
+    /// The field's `rename` (as read) and `alias`es, from its `#[serde(..)]` attributes.
+    fn serde_names(&self) -> (Option<String>, Vec<String>) {
+        let (mut renamed, mut aliases) = (None, Vec::new());
         for attr in self.forwarded.iter().filter(|a| a.path().is_ident("serde")) {
             let _ = attr.parse_nested_meta(|meta| {
                 let rename = meta.path.is_ident("rename");
-                if rename && meta.input.peek(syn::Token![=]) {
-                    renamed = Some(meta.value()?.parse::<syn::LitStr>()?.value());
-                } else if meta.input.peek(syn::Token![=]) {
-                    meta.value()?.parse::<syn::Expr>()?;
+                if meta.input.peek(syn::Token![=]) {
+                    let value = meta.value()?.parse::<syn::Expr>()?;
+                    if let syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(name),
+                        ..
+                    }) = value
+                    {
+                        if rename {
+                            renamed = Some(name.value());
+                        } else if meta.path.is_ident("alias") {
+                            aliases.push(name.value());
+                        }
+                    }
                 } else if meta.input.peek(syn::token::Paren) {
                     meta.parse_nested_meta(|inner| {
                         if inner.input.peek(syn::Token![=]) {
@@ -107,7 +126,7 @@ impl Param {
                 Ok(())
             });
         }
-        renamed.unwrap_or_else(|| self.field_name())
+        (renamed, aliases)
     }
 
     /// True when the parameter is `#[serde(flatten)]`.
@@ -214,7 +233,8 @@ impl Tool {
     }
 
     pub fn param(&self, name: &str) -> Option<&Param> {
-        self.params.iter().find(|p| p.ident == name)
+        // By the name serde gives it: `<type>` names `r#type`.
+        self.params.iter().find(|p| p.field_name() == name)
     }
 }
 
