@@ -587,6 +587,23 @@ async fn a_status_call_that_gives_some_fields_beside_the_key_is_refused_not_answ
         suggestion.contains("with every argument of the `charge_part` call"),
         "{suggestion}"
     );
+    // A value the target refuses is its refusal, naming the field and what it expects; sent
+    // as it says, the answer is true.
+    let err = tb
+        .call(
+            "charge_part_status",
+            json!({"order_id": "o-1", "cents": "five", "currency": "eur"}),
+            &ctx(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("`cents`"), "{err:?}");
+    assert!(!err.message().contains("whole call"), "{err:?}");
+    assert!(
+        err.suggestion().unwrap().contains("send `cents` as"),
+        "{err:?}"
+    );
     // Either way the suggestion reads, the answer is true.
     let by_key = tb
         .call("charge_part_status", json!({"order_id": "o-1"}), &ctx())
@@ -670,6 +687,80 @@ async fn a_field_given_by_its_alias_is_checked_by_the_status_companion() {
     assert_eq!(by_key["status"], "completed", "{by_key}");
     assert!(by_key.get("note").is_some(), "{by_key}");
     assert_eq!(out.count("notice:"), 1);
+}
+
+/// Where a parcel goes: a flattened part of the arguments, its zip also read as `zip_code`.
+#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+struct DropAddress {
+    #[serde(alias = "zip_code")]
+    zip: String,
+    city: String,
+}
+
+/// Ships an order to an address.
+#[tool(idempotent(key = "drop:<order>", status = "ship_drop_status"))]
+async fn ship_drop(
+    out: State<Outside>,
+    order: String,
+    cents: i64,
+    #[serde(flatten)] to: DropAddress,
+    #[arg(ignore)] memo: Option<String>,
+) -> Result<String, ToolError> {
+    let _ = memo;
+    let n = out.act(format!("ship:{order}:{cents}:{}:{}", to.zip, to.city));
+    Ok(format!("s-{n}"))
+}
+
+/// A field of a flattened part, given by an alias the macro cannot see, still names a call:
+/// a status call that gives it without a whole call is refused, not answered by key. An ignored
+/// field given with the key leaves the answer by key, whose note says what it checked.
+#[tokio::test]
+async fn any_field_beside_the_key_names_a_call_even_one_the_macro_cannot_see() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ShipDrop)
+        .build()
+        .unwrap();
+    let shipped = json!({"order": "o-1", "cents": 5, "zip": "10115", "city": "Berlin"});
+    tb.call("ship_drop", shipped, &ctx()).await.unwrap();
+    for partial in [
+        json!({"order": "o-1", "zip_code": "99999"}),
+        json!({"order": "o-1", "zip": "99999"}),
+    ] {
+        let err = tb
+            .call("ship_drop_status", partial, &ctx())
+            .await
+            .unwrap_err();
+        assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+        assert!(err.message().contains("not a whole call"), "{err:?}");
+    }
+    let status = |args: Value| {
+        let tb = tb.clone();
+        async move {
+            tb.call("ship_drop_status", args, &ctx())
+                .await
+                .unwrap()
+                .value
+        }
+    };
+    let other = json!({"order": "o-1", "cents": 5, "zip_code": "99999", "city": "Berlin"});
+    assert_eq!(status(other).await["status"], "conflict");
+    let own = json!({"order": "o-1", "cents": 5, "zip_code": "10115", "city": "Berlin"});
+    let own = status(own).await;
+    assert_eq!(
+        (&own["status"], own.get("note")),
+        (&json!("completed"), None),
+        "{own}"
+    );
+    let by_key = status(json!({"order": "o-1", "memo": "reworded"})).await;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    let note = by_key["note"].as_str().unwrap();
+    assert!(
+        note.contains("no argument of `ship_drop` that tells calls under one key apart"),
+        "{note}"
+    );
+    assert_eq!(out.count("ship:"), 1);
 }
 
 /// Books a room by its type, a raw identifier, which the key names as serde does: `<type>`.

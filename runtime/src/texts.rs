@@ -624,6 +624,12 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Status companions
 
+/// True when `err` refuses arguments for a field they lack (serde's "missing field"), not for
+/// a value they give.
+pub(crate) fn is_missing_field(err: &ToolError) -> bool {
+    err.is(ErrorCode::InvalidArguments) && err.message().contains("missing field `")
+}
+
 /// A status call of `status` gave arguments of `target` beyond its key, but not a whole call of
 /// it (`err`: why `target` refuses them): they cannot be checked against what ran, and answered
 /// by key they would be answered for a call they do not name.
@@ -660,7 +666,7 @@ pub(crate) fn status_conflict(target: &str) -> String {
 /// could not be checked against them.
 pub(crate) fn status_key_only(target: &str) -> String {
     format!(
-        "only the key was checked, since no other argument of `{target}` was given: give them as the `{target}` call had them (a default spelled out) to learn whether this record is that call's, not another action's under the same key"
+        "only the key was checked, since no argument of `{target}` that tells calls under one key apart was given: give them as the `{target}` call had them (a default spelled out) to learn whether this record is that call's, not another action's under the same key"
     )
 }
 

@@ -84,39 +84,39 @@ struct StatusEntry {
     target: String,
     key: KeyFn,
     telemetry: Arc<ToolTelemetry>,
-    /// The target's arguments outside its key that its fingerprint covers: a status call names
-    /// one of them, or the target has none, before its arguments are taken as a whole call.
-    checked: Vec<String>,
+    /// The names a status call may give without naming a call of the target: the key's fields,
+    /// the companion's required ones and the ignored fields, each by all its names. A call that
+    /// gives any other name is checked as a whole call of the target.
+    key_names: Vec<String>,
+    /// The target has arguments its fingerprint covers beside `key_names`: without them, any
+    /// status call is a whole call.
+    checks_more: bool,
 }
 
-/// The arguments of `target` outside the key (the template's fields as the JSON names them, and
-/// the companion's required ones) that its fingerprint covers (not ignored): the fields by which
-/// two calls under one key differ. Each is listed by every name it may be given by (its aliases
-/// too).
-fn checked_fields(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
-    let required = |def: &ToolDefinition| -> Vec<String> {
-        def.input_schema["required"]
-            .as_array()
-            .map(|names| {
-                names
-                    .iter()
-                    .filter_map(|name| name.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut key = required(companion);
-    key.extend(target.key_arguments());
+/// The names a status call of `companion` may give without naming a call of `target` (see
+/// [`StatusEntry::key_names`]).
+fn key_names(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
+    let required = companion.input_schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|name| name.as_str().map(str::to_owned));
+    let fields: Vec<String> = required
+        .chain(target.key_arguments())
+        .chain(target.ignored_arguments.iter().cloned())
+        .collect();
+    fields
+        .iter()
+        .flat_map(|name| target.names_of(name).map(str::to_owned))
+        .collect()
+}
+
+/// True when `target` has an argument its fingerprint covers beside `key_names`: a field by
+/// which two calls under one key differ.
+fn checks_more(target: &ToolDefinition, key_names: &[String]) -> bool {
     target.input_schema["properties"]
         .as_object()
-        .map(|properties| {
-            properties
-                .keys()
-                .filter(|name| !key.contains(name) && !target.ignored_arguments.contains(name))
-                .flat_map(|name| target.names_of(name).map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+        .is_some_and(|properties| properties.keys().any(|name| !key_names.contains(name)))
 }
 
 enum Entry {
@@ -306,9 +306,11 @@ impl ToolboxBuilder {
                 unkeyed.push(definition.name.clone());
             }
             if let Some(companion) = tool.status_companion() {
+                let key_names = key_names(&definition, &companion.definition);
                 let status = StatusEntry {
                     telemetry: ToolTelemetry::new(&companion.definition.name),
-                    checked: checked_fields(&definition, &companion.definition),
+                    checks_more: checks_more(&definition, &key_names),
+                    key_names,
                     definition: companion.definition.clone(),
                     target: definition.name.clone(),
                     key: companion.key,
@@ -486,28 +488,29 @@ impl Toolbox {
                     target,
                     key,
                     telemetry,
-                    checked,
+                    key_names,
+                    checks_more,
                     ..
                 } = &**status;
                 // Arguments that make a whole call of the target give its key and fingerprint,
                 // which the record is checked against: a record another action left under the
                 // key is not these arguments' outcome. Arguments that name only the key cannot
                 // be checked, even when the target's other arguments all have defaults: the
-                // call asked about may have given them.
-                // Arguments that give one of the other fields but make no whole call are
-                // refused: answered by key, they would be answered for a call they do not name.
-                let gives_checked = args
+                // call asked about may have given them. Arguments that give another field but
+                // lack one a call needs are refused: answered by key, they would be answered
+                // for a call they do not name.
+                let gives_more = args
                     .as_object()
-                    .is_some_and(|given| checked.iter().any(|name| given.contains_key(name)));
+                    .is_some_and(|given| given.keys().any(|name| !key_names.contains(name)));
                 let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) if checked.is_empty() || gives_checked => {
+                    Some(Entry::Tool(registered)) if gives_more || !checks_more => {
                         match registered.tool.prepare(&args, ctx) {
                             Ok(call) => Some(call),
-                            // A value refused whatever else is given: the refusal, as it is.
-                            Err(err) if gives_checked && !err.is_retryable() => return Err(err),
-                            Err(err) if gives_checked => {
+                            Err(err) if gives_more && texts::is_missing_field(&err) => {
                                 return Err(texts::status_not_a_whole_call(name, target, err))
                             }
+                            // A value the target refuses: its refusal, naming the field.
+                            Err(err) if gives_more => return Err(err),
                             Err(_) => None,
                         }
                     }
@@ -585,4 +588,45 @@ fn check_templates(definitions: &[ToolDefinition]) -> Result<(), BuildError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A key field's name stays a key name when another field claims it as an alias (serde
+    /// reads it as the key field): a status call giving only the key names no call.
+    #[test]
+    fn a_key_fields_name_is_a_key_name_whatever_else_claims_it() {
+        let schema =
+            json!({"properties": {"order_id": {}, "reference": {}, "cents": {}, "memo": {}}});
+        let target = ToolDefinition::new("refund", "", schema, Story::Idempotent)
+            .with_key_template("refund:<order_id>")
+            .with_ignored_argument("memo")
+            .with_argument_alias("reference", "order_id")
+            .with_argument_alias("memo", "note");
+        let companion = ToolDefinition::new(
+            "refund_status",
+            "",
+            json!({"required": ["order_id"]}),
+            Story::ReadOnly,
+        );
+        let names = key_names(&target, &companion);
+        for name in ["order_id", "memo", "note"] {
+            assert!(names.iter().any(|n| n == name), "{name}: {names:?}");
+        }
+        for name in ["reference", "cents"] {
+            assert!(!names.iter().any(|n| n == name), "{name}: {names:?}");
+        }
+        assert!(checks_more(&target, &names));
+        let bare = ToolDefinition::new(
+            "close",
+            "",
+            json!({"properties": {"order_id": {}}}),
+            Story::Idempotent,
+        )
+        .with_key_template("close:<order_id>");
+        assert!(!checks_more(&bare, &key_names(&bare, &companion)));
+    }
 }
