@@ -763,6 +763,69 @@ async fn any_field_beside_the_key_names_a_call_even_one_the_macro_cannot_see() {
     assert_eq!(out.count("ship:"), 1);
 }
 
+/// Where a letter goes: both fields required.
+#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+struct LetterAddress {
+    zip: String,
+    city: String,
+}
+
+/// Posts a letter.
+#[tool(idempotent(key = "letter:<order>", status = "post_letter_status"))]
+async fn post_letter(
+    out: State<Outside>,
+    order: String,
+    to: LetterAddress,
+    note: Option<String>,
+) -> Result<String, ToolError> {
+    let _ = note;
+    let n = out.act(format!("letter:{order}:{}:{}", to.zip, to.city));
+    Ok(format!("l-{n}"))
+}
+
+/// A field missing inside a value given is that value refused, as the target refuses it, not a
+/// call left partial: sending the same arguments again would never get past it.
+#[tokio::test]
+async fn a_field_missing_inside_a_value_is_the_targets_refusal_not_a_partial_call() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(PostLetter)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "to": {"zip": "10115", "city": "Berlin"}, "note": null});
+    tb.call("post_letter", args.clone(), &ctx()).await.unwrap();
+    let own = tb
+        .call("post_letter_status", args, &ctx())
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(
+        (&own["status"], own.get("note")),
+        (&json!("completed"), None),
+        "{own}"
+    );
+    let bad = json!({"order": "o-2", "to": {"zip": "10115"}});
+    let refused = tb
+        .call("post_letter", bad.clone(), &ctx())
+        .await
+        .unwrap_err();
+    let err = tb
+        .call("post_letter_status", bad, &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(!err.message().contains("whole call"), "{err:?}");
+    assert_eq!(err.message(), refused.message());
+    let missing = json!({"order": "o-2", "note": "hello"});
+    let err = tb
+        .call("post_letter_status", missing, &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("not a whole call"), "{err:?}");
+    assert_eq!(out.count("letter:"), 1);
+}
+
 /// Books a room by its type, a raw identifier, which the key names as serde does: `<type>`.
 #[tool(idempotent(key = "room:<type>:<night>", status = "book_room_status"))]
 async fn book_room(

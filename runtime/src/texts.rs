@@ -48,6 +48,11 @@ pub(crate) fn arguments_not_an_object(tool: &str, kind: &str) -> ToolError {
     )
 }
 
+/// How `tool`'s refusal of its arguments begins; a problem at the top follows it directly.
+fn invalid_arguments_prefix(tool: &str) -> String {
+    format!("invalid arguments for `{tool}`: ")
+}
+
 /// The arguments do not fit the tool's schema. `path` is the field serde names (`.` for the
 /// whole object), `problem` serde's words; the suggestion names the field and, when the schema
 /// says, what it expects (`expected`).
@@ -59,8 +64,8 @@ pub(crate) fn invalid_arguments(
     expected: Option<&str>,
 ) -> ToolError {
     let message = match path {
-        "." => format!("invalid arguments for `{tool}`: {problem}"),
-        _ => format!("invalid arguments for `{tool}`: `{path}`: {problem}"),
+        "." => format!("{}{problem}", invalid_arguments_prefix(tool)),
+        _ => format!("{}`{path}`: {problem}", invalid_arguments_prefix(tool)),
     };
     let suggestion = match (field, expected) {
         (Some(field), Some(expected)) => format!("send `{field}` as {expected}, then call again"),
@@ -624,10 +629,14 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Status companions
 
-/// True when `err` refuses arguments for a field they lack (serde's "missing field"), not for
-/// a value they give.
-pub(crate) fn is_missing_field(err: &ToolError) -> bool {
-    err.is(ErrorCode::InvalidArguments) && err.message().contains("missing field `")
+/// True when `err` is `tool`'s refusal of arguments for a field of their own they lack (serde's
+/// "missing field", at the top: a field missing inside a value they give is a value refused).
+pub(crate) fn is_missing_field(tool: &str, err: &ToolError) -> bool {
+    err.is(ErrorCode::InvalidArguments)
+        && err
+            .message()
+            .strip_prefix(&invalid_arguments_prefix(tool))
+            .is_some_and(|problem| problem.starts_with("missing field `"))
 }
 
 /// A status call of `status` gave arguments of `target` beyond its key, but not a whole call of

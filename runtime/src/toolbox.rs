@@ -506,7 +506,7 @@ impl Toolbox {
                     Some(Entry::Tool(registered)) if gives_more || !checks_more => {
                         match registered.tool.prepare(&args, ctx) {
                             Ok(call) => Some(call),
-                            Err(err) if gives_more && texts::is_missing_field(&err) => {
+                            Err(err) if gives_more && texts::is_missing_field(target, &err) => {
                                 return Err(texts::status_not_a_whole_call(name, target, err))
                             }
                             // A value the target refuses: its refusal, naming the field.
