@@ -639,21 +639,14 @@ pub(crate) fn is_missing_field(tool: &str, err: &ToolError) -> bool {
             .is_some_and(|problem| problem.starts_with("missing field `"))
 }
 
-/// A status call of `status` gave arguments of `target` beyond its key, but not a whole call of
-/// it (`err`: why `target` refuses them): they cannot be checked against what ran, and answered
-/// by key they would be answered for a call they do not name.
-pub(crate) fn status_not_a_whole_call(status: &str, target: &str, err: ToolError) -> ToolError {
-    ToolError::new(
-        err.code().to_string(),
-        format!(
-            "these arguments name a `{target}` call beyond its key but are not a whole call of it ({}), so `{status}` cannot check them against what ran",
-            err.message()
-        ),
+/// A status answer's note when the arguments gave fields beside the key but not a whole call
+/// (`err`: the target's refusal, naming what is missing), so the record was checked against
+/// the key alone.
+pub(crate) fn status_partial_call(target: &str, err: &ToolError) -> String {
+    format!(
+        "only the key was checked: the arguments beside it are not a whole `{target}` call ({}), so whether this record is theirs is not known; give every argument of the `{target}` call asked about to learn whether this record is that call's, not another action's under the same key",
+        err.message()
     )
-    .with_retryable(true)
-    .with_suggestion(format!(
-        "call `{status}` with every argument of the `{target}` call asked about, or with only its key's fields"
-    ))
 }
 
 /// The description of `target`'s status companion, written here once, not in every expansion.
@@ -792,17 +785,6 @@ mod tests {
                 Some("GATEWAY_BUSY"),
             ),
             busy("send_invoice", 2, Duration::from_secs(2)),
-            status_not_a_whole_call(
-                "invoice_status",
-                "send_invoice",
-                invalid_arguments(
-                    "send_invoice",
-                    ".",
-                    "missing field `amount`",
-                    Some("amount"),
-                    None,
-                ),
-            ),
         ];
         for status in [None, Some("invoice_status")] {
             let def = named(status);

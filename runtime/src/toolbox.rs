@@ -497,27 +497,59 @@ impl Toolbox {
                 // key is not these arguments' outcome. Arguments that name only the key cannot
                 // be checked, even when the target's other arguments all have defaults: the
                 // call asked about may have given them. Arguments that give another field but
-                // lack one a call needs are refused: answered by key, they would be answered
-                // for a call they do not name.
-                let gives_more = args
-                    .as_object()
-                    .is_some_and(|given| given.keys().any(|name| !key_names.contains(name)));
+                // lack one a call needs are answered by key too, their note saying what is
+                // missing: the schema lets them leave it out, and the record cannot be checked.
+                // Arguments the companion itself refuses are refused, whatever the target would
+                // make of them.
+                let gives_more = |args: &Value| {
+                    args.as_object()
+                        .is_some_and(|fields| fields.keys().any(|name| !key_names.contains(name)))
+                };
+                let mut note = None;
                 let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) if gives_more || !checks_more => {
-                        match registered.tool.prepare(&args, ctx) {
-                            Ok(call) => Some(call),
-                            Err(err) if gives_more && texts::is_missing_field(target, &err) => {
-                                return Err(texts::status_not_a_whole_call(name, target, err))
+                    Some(Entry::Tool(registered))
+                        if (gives_more(&args) || !checks_more)
+                            && key(args.clone(), ctx).is_ok() =>
+                    {
+                        let prepare = |args: &Value| registered.tool.prepare(args, ctx);
+                        let attempt = match prepare(&args) {
+                            Ok(call) => Ok(Some(call)),
+                            Err(err) if !gives_more(&args) => Err(err),
+                            // A `null` the target refuses is a field not given, as the
+                            // companion's schema (every field beside the key optional) has it.
+                            Err(err) => {
+                                let mut given = args.clone();
+                                if let Some(fields) = given.as_object_mut() {
+                                    fields.retain(|_, value| !value.is_null());
+                                }
+                                if given == args {
+                                    Err(err)
+                                } else if gives_more(&given) {
+                                    prepare(&given).map(Some)
+                                } else {
+                                    // Nothing beside the key but `null`s: the key alone.
+                                    Ok(None)
+                                }
+                            }
+                        };
+                        match attempt {
+                            Ok(call) => call,
+                            Err(err)
+                                if gives_more(&args) && texts::is_missing_field(target, &err) =>
+                            {
+                                note = Some(texts::status_partial_call(target, &err));
+                                None
                             }
                             // A value the target refuses: its refusal, naming the field.
-                            Err(err) if gives_more => return Err(err),
+                            Err(err) if gives_more(&args) => return Err(err),
                             Err(_) => None,
                         }
                     }
                     _ => None,
                 };
                 let exec = &self.inner.exec;
-                exec.status(telemetry, target, key, args, whole, ctx).await
+                exec.status(telemetry, target, key, args, whole, note, ctx)
+                    .await
             }
             None => Err(self.unknown_tool(name)),
         }

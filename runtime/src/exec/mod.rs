@@ -467,7 +467,9 @@ impl Executor {
     /// of `args`. `status` names the companion, `target` its tool, for the spans and logs.
     /// `whole` is the call of `target` that `args` make, when they make one: its key and
     /// fingerprint are checked against the record. Otherwise `key` derives the key from `args`,
-    /// and the record is answered for the key alone.
+    /// and the record is answered for the key alone, with `note` (or the key-only note) saying
+    /// so.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn status(
         &self,
         status: &Arc<ToolTelemetry>,
@@ -475,6 +477,7 @@ impl Executor {
         key: &KeyFn,
         args: Value,
         whole: Option<Call>,
+        note: Option<String>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let observed = self.observe(status, Story::ReadOnly, ctx);
@@ -484,7 +487,7 @@ impl Executor {
         };
         let answer = match keyed {
             Ok((key, fingerprint)) => {
-                let read = self.read_status(status.name(), target, &key, fingerprint, ctx);
+                let read = self.read_status(status.name(), target, &key, fingerprint, note, ctx);
                 observed.scope(read).await
             }
             Err(err) => Err(err),
@@ -499,6 +502,7 @@ impl Executor {
         target: &str,
         key: &IdempotencyKey,
         fingerprint: Option<Fingerprint>,
+        note: Option<String>,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         observe::key(key.as_str());
@@ -539,7 +543,7 @@ impl Executor {
             }
         };
         if found && fingerprint.is_none() {
-            value["note"] = json!(texts::status_key_only(target));
+            value["note"] = json!(note.unwrap_or_else(|| texts::status_key_only(target)));
         }
         tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered");
         Ok(ToolOutput {
