@@ -505,16 +505,16 @@ impl Toolbox {
                     args.as_object()
                         .is_some_and(|fields| fields.keys().any(|name| !key_names.contains(name)))
                 };
+                let more = gives_more(&args);
+                // The companion's own reading, once: the key answered by, or its refusal.
+                let by_key = key(args.clone(), ctx);
                 let mut note = None;
                 let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered))
-                        if (gives_more(&args) || !checks_more)
-                            && key(args.clone(), ctx).is_ok() =>
-                    {
+                    Some(Entry::Tool(registered)) if (more || !checks_more) && by_key.is_ok() => {
                         let prepare = |args: &Value| registered.tool.prepare(args, ctx);
                         let attempt = match prepare(&args) {
                             Ok(call) => Ok(Some(call)),
-                            Err(err) if !gives_more(&args) => Err(err),
+                            Err(err) if !more => Err(err),
                             // A `null` the target refuses is a field not given, as the
                             // companion's schema (every field beside the key optional) has it.
                             Err(err) => {
@@ -534,21 +534,19 @@ impl Toolbox {
                         };
                         match attempt {
                             Ok(call) => call,
-                            Err(err)
-                                if gives_more(&args) && texts::is_missing_field(target, &err) =>
-                            {
+                            Err(err) if more && texts::is_missing_field(target, &err) => {
                                 note = Some(texts::status_partial_call(target, &err));
                                 None
                             }
                             // A value the target refuses: its refusal, naming the field.
-                            Err(err) if gives_more(&args) => return Err(err),
+                            Err(err) if more => return Err(err),
                             Err(_) => None,
                         }
                     }
                     _ => None,
                 };
                 let exec = &self.inner.exec;
-                exec.status(telemetry, target, key, args, whole, note, ctx)
+                exec.status(telemetry, target, by_key, whole, note, ctx)
                     .await
             }
             None => Err(self.unknown_tool(name)),

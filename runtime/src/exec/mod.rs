@@ -41,7 +41,7 @@ use crate::stats::{Counters, Stats};
 use crate::store::{Outcome, Record, RecordKey, RecordKeyRef, Store, StoreError};
 use crate::story::Story;
 use crate::texts;
-use crate::tool::{Call, Invocation, KeyFn, Tool, ToolDefinition};
+use crate::tool::{Call, Invocation, Tool, ToolDefinition};
 use crate::{Fingerprint, IdempotencyKey, ToolContext, ToolError};
 use async_trait::async_trait;
 use futures_util::FutureExt;
@@ -466,16 +466,14 @@ impl Executor {
     /// A status companion's answer: what the store holds, in the caller's tenant, for the key
     /// of `args`. `status` names the companion, `target` its tool, for the spans and logs.
     /// `whole` is the call of `target` that `args` make, when they make one: its key and
-    /// fingerprint are checked against the record. Otherwise `key` derives the key from `args`,
-    /// and the record is answered for the key alone, with `note` (or the key-only note) saying
-    /// so.
-    #[allow(clippy::too_many_arguments)]
+    /// fingerprint are checked against the record. Otherwise `by_key`, the key the companion
+    /// read from the arguments (or its refusal of them), is answered for alone, with `note` (or
+    /// the key-only note) saying so.
     pub(crate) async fn status(
         &self,
         status: &Arc<ToolTelemetry>,
         target: &str,
-        key: &KeyFn,
-        args: Value,
+        by_key: Result<IdempotencyKey, ToolError>,
         whole: Option<Call>,
         note: Option<String>,
         ctx: &ToolContext,
@@ -483,7 +481,7 @@ impl Executor {
         let observed = self.observe(status, Story::ReadOnly, ctx);
         let keyed = match whole.and_then(|call| Some((call.key?, call.fingerprint?))) {
             Some((key, fingerprint)) => Ok((key, Some(fingerprint))),
-            None => key(args, ctx).map(|key| (key, None)),
+            None => by_key.map(|key| (key, None)),
         };
         let answer = match keyed {
             Ok((key, fingerprint)) => {
