@@ -7,7 +7,10 @@
 
 use serde_json::{json, Value};
 
-use super::{for_each_child_mut, inline_refs, is_null_schema, merge_all_of, Inline, Object};
+use super::{
+    for_each_child_mut, inline_refs, is_null_schema, merge_all_of, without_top_level_unions,
+    Inline, Object,
+};
 use crate::ToolDefinition;
 
 /// The keywords Gemini's schema object takes (from the OpenAPI 3.0 subset it supports).
@@ -65,8 +68,10 @@ impl ToolDefinition {
 }
 
 /// The canonical schema in Gemini's dialect, or `None` when the tool takes no parameters.
+/// A top-level union (a flattened enum's branches) is lifted into one object first, as for
+/// OpenAI and Anthropic: the model fills one set of fields, and the tool refuses a mix.
 fn parameters(canonical: &Value) -> Option<Value> {
-    let mut schema = canonical.clone();
+    let mut schema = without_top_level_unions(canonical);
     inline_refs(&mut schema, Inline::All);
     convert(&mut schema);
     let empty = schema

@@ -117,7 +117,10 @@ fn close(schema: &mut Value, may_close: bool) {
     for_each_child_mut(map, |keyword, child| {
         let may_close = match keyword {
             "allOf" | "if" | "then" | "else" | "not" | "dependentSchemas" => false,
-            "anyOf" | "oneOf" => !has_properties,
+            // A branch validates the instance its parent does: nested in a branch that may not
+            // close (a flattened `Option` of an enum: `anyOf` of its `oneOf` and `{}`), neither
+            // may its own branches.
+            "anyOf" | "oneOf" => may_close && !has_properties,
             _ => true,
         };
         close(child, may_close);
@@ -196,7 +199,7 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
 }
 
 /// Follows `$ref`s to the object schema they name.
-fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
+pub(crate) fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
     for _ in 0..32 {
         let map = schema.as_object()?;
         let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(def_name) else {
@@ -208,6 +211,128 @@ fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Object> {
             .or_else(|| root.get("definitions")?.get(&name))?;
     }
     None
+}
+
+/// The canonical schema without `$schema`, its top level one object schema with no `oneOf`,
+/// `anyOf` or `allOf` beside it: what Anthropic and OpenAI take (a flattened enum's branches
+/// spread over the arguments become optional properties of the one object).
+pub(crate) fn without_top_level_unions(canonical: &Value) -> Value {
+    let mut schema = canonical.clone();
+    let defs = schema.clone();
+    let Value::Object(root) = &mut schema else {
+        return json!({"type": "object"});
+    };
+    root.shift_remove("$schema");
+    if !merge_all_of(root) {
+        flatten(root, "allOf", &defs);
+    }
+    flatten(root, "anyOf", &defs);
+    flatten(root, "oneOf", &defs);
+    root.entry("type").or_insert_with(|| json!("object"));
+    // Every property is now the root's own: closed at the root is closed.
+    if root.get("unevaluatedProperties") == Some(&Value::Bool(false))
+        && !root.contains_key("additionalProperties")
+    {
+        root.shift_remove("unevaluatedProperties");
+        root.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    schema
+}
+
+/// Lifts the branches of a top-level union into one object schema: their properties united,
+/// required only what every branch requires (everything, for `allOf`). The model is told less
+/// than the union says; the tool's own argument parsing still refuses what no branch allows.
+fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
+    let Some(Value::Array(branches)) = root.shift_remove(keyword) else {
+        return;
+    };
+    let mut properties = match root.shift_remove("properties") {
+        Some(Value::Object(properties)) => properties,
+        _ => Object::new(),
+    };
+    let mut required: Option<Vec<Value>> = None;
+    for branch in &branches {
+        let Some(branch) = resolve(branch, whole) else {
+            continue;
+        };
+        if let Some(Value::Object(more)) = branch.get("properties") {
+            for (name, schema) in more {
+                unite_property(&mut properties, name, schema);
+            }
+        }
+        let names: Vec<Value> = branch
+            .get("required")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        required = Some(match (required, keyword) {
+            (None, _) => names,
+            (Some(mut all), "allOf") => {
+                for name in names {
+                    if !all.contains(&name) {
+                        all.push(name);
+                    }
+                }
+                all
+            }
+            (Some(common), _) => common.into_iter().filter(|n| names.contains(n)).collect(),
+        });
+    }
+    let mut all_required: Vec<Value> = root
+        .get("required")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for name in required.unwrap_or_default() {
+        if !all_required.contains(&name) {
+            all_required.push(name);
+        }
+    }
+    root.insert("properties".into(), Value::Object(properties));
+    if !all_required.is_empty() {
+        root.insert("required".into(), Value::Array(all_required));
+    }
+}
+
+/// Gives property `name` the schema `schema` beside the one it has from another branch of a
+/// union, if any: either is then allowed. Constants of one type become one `enum`, as a
+/// flattened enum's tag does (`"method": "card"` in one branch, `"bank"` in the other).
+pub(crate) fn unite_property(properties: &mut Object, name: &str, schema: &Value) {
+    let Some(existing) = properties.get_mut(name) else {
+        properties.insert(name.to_string(), schema.clone());
+        return;
+    };
+    if existing == schema {
+        return;
+    }
+    let constants = |s: &Value| match s.get("const") {
+        Some(value) => Some(vec![value.clone()]),
+        None => s.get("enum")?.as_array().cloned(),
+    };
+    if let (Some(mut values), Some(more), Value::Object(map)) =
+        (constants(existing), constants(schema), &mut *existing)
+    {
+        if map.get("type") == schema.get("type") {
+            for value in more {
+                if !values.contains(&value) {
+                    values.push(value);
+                }
+            }
+            map.shift_remove("const");
+            map.insert("enum".into(), Value::Array(values));
+            return;
+        }
+    }
+    if let Value::Object(map) = &mut *existing {
+        if let (1, Some(Value::Array(branches))) = (map.len(), map.get_mut("anyOf")) {
+            if !branches.contains(schema) {
+                branches.push(schema.clone());
+            }
+            return;
+        }
+    }
+    let first = existing.take();
+    *existing = serde_json::json!({"anyOf": [first, schema.clone()]});
 }
 
 /// Removes the definitions nothing refers to any more, and `$defs` itself when it is empty.
@@ -386,6 +511,61 @@ fn is_null_schema(schema: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_branch_inside_a_branch_that_may_not_close_stays_open() {
+        // A flattened `Option` of an enum: `anyOf` of its `oneOf` and `{}`, beside the root's
+        // own properties, which every branch sees too.
+        let mut schema = json!({
+            "type": "object",
+            "properties": {"order": {"type": "string"}},
+            "anyOf": [
+                {"oneOf": [{"type": "object", "properties": {"last4": {"type": "string"}}}]},
+                {}
+            ]
+        });
+        close_objects(&mut schema);
+        let branch = &schema["anyOf"][0]["oneOf"][0];
+        assert!(branch.get("additionalProperties").is_none(), "{schema:#}");
+    }
+
+    #[test]
+    fn top_level_unions_nested_or_not_become_one_object_their_tags_one_enum() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"order": {"type": "string"}},
+            "required": ["order"],
+            "oneOf": [
+                {"type": "object", "properties": {"method": {"type": "string", "const": "card"}, "last4": {"type": "string"}}, "required": ["method", "last4"]},
+                {"type": "object", "properties": {"method": {"type": "string", "const": "bank"}, "iban": {"type": "string"}}, "required": ["method", "iban"]}
+            ],
+            "unevaluatedProperties": false
+        });
+        let lifted = without_top_level_unions(&schema);
+        assert_eq!(
+            lifted,
+            json!({
+                "type": "object",
+                "properties": {
+                    "order": {"type": "string"},
+                    "method": {"type": "string", "enum": ["card", "bank"]},
+                    "last4": {"type": "string"},
+                    "iban": {"type": "string"}
+                },
+                "required": ["order", "method"],
+                "additionalProperties": false
+            })
+        );
+        let mut properties = Object::new();
+        unite_property(&mut properties, "n", &json!({"type": "integer"}));
+        unite_property(&mut properties, "n", &json!({"type": "string"}));
+        unite_property(&mut properties, "n", &json!({"type": "string"}));
+        assert_eq!(
+            properties["n"],
+            json!({"anyOf": [{"type": "integer"}, {"type": "string"}]})
+        );
+    }
 
     #[test]
     fn closes_plain_objects_but_not_composed_ones() {

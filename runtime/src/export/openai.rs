@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{
     accepts_null, for_each_child_mut, inline_refs, is_object, merge_all_of, prune_defs, required,
-    resolve, Inline, Object,
+    resolve, without_top_level_unions, Inline, Object,
 };
 use crate::ToolDefinition;
 
@@ -119,17 +119,13 @@ impl ToolDefinition {
     }
 }
 
-/// The strict-mode parameters, or the canonical schema (without `$schema`) and `false`.
+/// The strict-mode parameters, or the canonical schema (without `$schema`) and `false`; either
+/// way without a top-level union, which OpenAI refuses even where it is not strict.
 fn parameters(canonical: &Value) -> (Value, bool) {
-    match strict_schema(canonical) {
+    let lifted = without_top_level_unions(canonical);
+    match strict_schema(&lifted) {
         Some(schema) => (schema, true),
-        None => {
-            let mut schema = canonical.clone();
-            if let Value::Object(map) = &mut schema {
-                map.shift_remove("$schema");
-            }
-            (schema, false)
-        }
+        None => (lifted, false),
     }
 }
 
@@ -322,14 +318,40 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
                     }
                 }
             }
+            // A field only a top-level branch has (a flattened enum's, lifted into one object
+            // for the model) was optional where the model was told: its `null` is "not given"
+            // too. Deeper unions are exported as they are.
+            let in_a_branch = |name: &str| {
+                ["anyOf", "oneOf"].iter().any(|keyword| {
+                    schema
+                        .get(*keyword)
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|branch| resolve(branch, root)?.get("properties"))
+                        .any(|props| props.get(name).is_some())
+                })
+            };
+            let own = schema.get("properties").and_then(Value::as_object);
+            if depth == 0 {
+                object.retain(|k, v| {
+                    !(v.is_null() && own.is_none_or(|own| !own.contains_key(k)) && in_a_branch(k))
+                });
+            }
             // The branches that describe this object: every `allOf` one, and the first
             // `anyOf`/`oneOf` one whose properties cover the object's keys.
             let keys: Vec<&String> = object.keys().collect();
+            // The object's own properties count as covered: a flattened enum's branch has
+            // only its own fields.
             let covers = |branch: &&Value| {
                 resolve(branch, root)
                     .and_then(|b| b.get("properties"))
                     .and_then(Value::as_object)
-                    .is_some_and(|props| keys.iter().all(|k| props.contains_key(*k)))
+                    .is_some_and(|props| {
+                        keys.iter().all(|k| {
+                            props.contains_key(*k) || own.is_some_and(|own| own.contains_key(*k))
+                        })
+                    })
             };
             let mut branches: Vec<&Value> = Vec::new();
             for keyword in ["allOf", "anyOf", "oneOf"] {
