@@ -19,8 +19,9 @@ pub use ::serde_json;
 pub use ::std;
 
 pub use crate::schema::{
-    nullable_schema, parse_args, prime_generator, schema_for, status_schema, IgnoredField,
-    StatusArgs,
+    nullable_schema, parse_args, parse_flattened_args, prime_generator, schema_for,
+    schema_for_flattened, status_schema, status_schema_for_flattened, struct_fields, FlattenedArgs,
+    IgnoredField, StatusArgs,
 };
 use crate::texts;
 

@@ -10,7 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::{texts, ToolError};
 
+mod names;
 mod tracked;
+
+pub use names::struct_fields;
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
 /// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)
@@ -18,6 +21,127 @@ mod tracked;
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
     canonical(generator.into_root_schema_for::<T>().to_value())
+}
+
+/// The canonical schema of a tool's arguments with a `#[serde(flatten)]` field, which are derived
+/// without `deny_unknown_fields`: closed at the root all the same, with `unevaluatedProperties:
+/// false` where schemars leaves it open (a flattened enum's branches), unless a flattened map
+/// says what other fields may be.
+pub fn schema_for_flattened<T: schemars::JsonSchema>() -> Value {
+    let mut schema = schema_for::<T>();
+    if let Value::Object(root) = &mut schema {
+        let says = [
+            "additionalProperties",
+            "unevaluatedProperties",
+            "patternProperties",
+        ];
+        if !says.iter().any(|k| root.contains_key(*k)) {
+            root.insert("unevaluatedProperties".into(), Value::Bool(false));
+        }
+    }
+    schema
+}
+
+/// The canonical schema of a status companion's arguments beside a `#[serde(flatten)]` field:
+/// one object, closed, whose properties are the key's and, optional, every other field the
+/// target takes, a flattened enum's included. The target's schema says which fields go together;
+/// the companion's, that each may be given or left out.
+pub fn status_schema_for_flattened<T: schemars::JsonSchema>() -> Value {
+    let mut schema = schema_for::<T>();
+    let whole = schema.clone();
+    if let Value::Object(root) = &mut schema {
+        let mut properties = match root.shift_remove("properties") {
+            Some(Value::Object(properties)) => properties,
+            _ => Map::new(),
+        };
+        for keyword in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(branches)) = root.shift_remove(keyword) {
+                for branch in &branches {
+                    lift_branch(branch, &whole, &mut properties, 32);
+                }
+            }
+        }
+        root.insert("properties".into(), Value::Object(properties));
+        root.shift_remove("unevaluatedProperties");
+        if !root.contains_key("additionalProperties") && !root.contains_key("patternProperties") {
+            root.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    }
+    schema
+}
+
+/// Adds the properties of a union's `branch`, and of the unions inside it, to `properties`.
+fn lift_branch(branch: &Value, whole: &Value, properties: &mut Map<String, Value>, depth: usize) {
+    let Some(branch) = crate::export::resolve(branch, whole).filter(|_| depth > 0) else {
+        return;
+    };
+    if let Some(Value::Object(more)) = branch.get("properties") {
+        for (name, schema) in more {
+            crate::export::unite_property(properties, name, schema);
+        }
+    }
+    for keyword in ["allOf", "anyOf", "oneOf"] {
+        for inner in branch
+            .get(keyword)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            lift_branch(inner, whole, properties, depth - 1);
+        }
+    }
+}
+
+/// The arguments of a tool with a `#[serde(flatten)]` field: its schema, and the names the
+/// schema does not list (aliases), from which the names the arguments may carry are read
+/// once. Built by generated code.
+#[doc(hidden)]
+pub struct FlattenedArgs {
+    schema: fn() -> Value,
+    extra: fn() -> Vec<&'static str>,
+    names: std::sync::OnceLock<names::Names>,
+}
+
+impl FlattenedArgs {
+    /// Arguments described by `schema`, whose fields are also read by the names `extra` gives.
+    pub const fn new(schema: fn() -> Value, extra: fn() -> Vec<&'static str>) -> Self {
+        FlattenedArgs {
+            schema,
+            extra,
+            names: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// [`parse_args`] for arguments with a `#[serde(flatten)]` field, which serde reads without
+/// refusing unknown fields: first, each name is checked against the schema, and a name it does
+/// not take is refused as serde refuses an unknown field.
+pub fn parse_flattened_args<A: DeserializeOwned>(
+    tool: &str,
+    args: &Value,
+    flattened: &FlattenedArgs,
+) -> Result<A, ToolError> {
+    let object = arguments_object(tool, args)?;
+    let names = flattened
+        .names
+        .get_or_init(|| names::Names::of(&(flattened.schema)(), &(flattened.extra)()));
+    if let Err(problem) = names.check(object.keys().map(String::as_str)) {
+        let field = field_in(&problem);
+        return Err(texts::invalid_arguments(
+            tool,
+            ".",
+            &problem,
+            field.as_deref(),
+            None,
+        ));
+    }
+    parse_args(tool, args, flattened.schema)
+}
+
+/// True when arguments described by `schema` may carry a name beside `names`: a property, a
+/// property of a flattened enum's branch, or any name where a flattened map takes any.
+pub(crate) fn takes_other_names(schema: &Value, names: &[String]) -> bool {
+    names::Names::of(schema, &[]).takes_other(names)
 }
 
 /// The canonical form of a schema schemars derived: compiled once, not once per type.
@@ -160,8 +284,19 @@ fn as_integer(n: &serde_json::Number) -> Option<Value> {
     }
 }
 
-/// The field a serde message names, as in "missing field `amount`".
+/// The field a serde message names, as in "missing field `amount`"; none for a message about a
+/// value ("invalid type: integer `5`, expected a string", of a field flattened into the
+/// arguments), whose backticks hold the value, not a field.
 fn field_in(message: &str) -> Option<String> {
+    let names_a_field = [
+        "missing field `",
+        "unknown field `",
+        "duplicate field `",
+        "field `",
+    ];
+    if !names_a_field.iter().any(|start| message.starts_with(start)) {
+        return None;
+    }
     let start = message.find('`')? + 1;
     let len = message[start..].find('`')?;
     Some(message[start..start + len].to_string())

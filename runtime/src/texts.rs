@@ -72,7 +72,7 @@ pub(crate) fn invalid_arguments(
         (Some(field), None) => {
             format!("fix `{field}` as the tool's schema describes, then call again")
         }
-        (None, _) => SEND_AN_OBJECT.into(),
+        (None, _) => FIX_AS_THE_SCHEMA_SAYS.into(),
     };
     ToolError::invalid_arguments(message, suggestion)
 }
@@ -92,6 +92,9 @@ pub(crate) fn provider_arguments_not_an_object(tool: &str, kind: &str) -> ToolEr
         SEND_ONE_OBJECT.into(),
     )
 }
+
+const FIX_AS_THE_SCHEMA_SAYS: &str =
+    "fix the arguments as the tool's schema describes, each field of the type it gives, then call again";
 
 const SEND_ONE_OBJECT: &str =
     "send the arguments as one JSON object with the fields the tool's schema lists, then call again";

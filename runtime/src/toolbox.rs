@@ -113,10 +113,9 @@ fn key_names(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String>
 
 /// True when `target` has an argument its fingerprint covers beside `key_names`: a field by
 /// which two calls under one key differ.
+/// Such a field may also be one of a flattened enum's branch, or any key of a flattened map.
 fn checks_more(target: &ToolDefinition, key_names: &[String]) -> bool {
-    target.input_schema["properties"]
-        .as_object()
-        .is_some_and(|properties| properties.keys().any(|name| !key_names.contains(name)))
+    crate::schema::takes_other_names(&target.input_schema, key_names)
 }
 
 enum Entry {

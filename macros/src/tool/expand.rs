@@ -40,13 +40,53 @@ pub fn expand(tool: &Tool) -> TokenStream {
         let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
         quote!(#(#docs)* #(#forwarded)* #ident: #ty)
     });
-    let args_struct = quote! {
-        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-        #[serde(crate = #serde_path, deny_unknown_fields)]
-        #[schemars(crate = #schemars_path)]
-        #[allow(non_camel_case_types)]
-        struct __Args { #(#fields,)* }
+    // serde cannot refuse unknown fields beside a flattened map or enum: it would refuse their
+    // keys and tags too. Such arguments are derived open, and their names are checked against
+    // the schema by the runtime (`__FLATTENED`), with every alias, the flattened structs' too.
+    let flattened = tool.model_params().any(|p| p.serde_flatten());
+    let args_struct = if flattened {
+        let aliases = tool.model_params().flat_map(|p| p.aliases());
+        let flat_types = tool
+            .model_params()
+            .filter(|p| p.serde_flatten())
+            .map(|p| &p.ty);
+        quote! {
+            #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
+            #[serde(crate = #serde_path)]
+            #[schemars(crate = #schemars_path)]
+            #[allow(non_camel_case_types)]
+            struct __Args { #(#fields,)* }
+            fn __extra_names() -> #tk::std::vec::Vec<&'static str> {
+                let mut __names: #tk::std::vec::Vec<&'static str> = #tk::std::vec![#(#aliases),*];
+                #(__names.extend_from_slice(#tk::struct_fields::<#flat_types>());)*
+                __names
+            }
+            static __FLATTENED: #tk::FlattenedArgs =
+                #tk::FlattenedArgs::new(#tk::schema_for_flattened::<__Args>, __extra_names);
+        }
+    } else {
+        quote! {
+            #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
+            #[serde(crate = #serde_path, deny_unknown_fields)]
+            #[schemars(crate = #schemars_path)]
+            #[allow(non_camel_case_types)]
+            struct __Args { #(#fields,)* }
+        }
     };
+    let args_schema = if flattened {
+        quote!(#tk::schema_for_flattened::<__Args>)
+    } else {
+        quote!(#tk::schema_for::<__Args>)
+    };
+    let parse = |args: TokenStream| {
+        if flattened {
+            quote!(#tk::parse_flattened_args(#name, #args, &__FLATTENED))
+        } else {
+            quote!(#tk::parse_args(#name, #args, #tk::schema_for::<__Args>))
+        }
+    };
+    let parse_args = parse(quote!(__args));
+    let parse_raw = parse(quote!(&__raw));
 
     let Some(output) = tool.output.as_ref() else {
         return fallback(tool); // reported by `check`: a tool returns `Result`
@@ -198,7 +238,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
         None => (
             quote!(),
             quote! {
-                let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
+                let __a: __Args = #parse_args?;
                 let _ = __ctx;
                 ::core::result::Result::Ok(#tk::Call::unkeyed(#body))
             },
@@ -268,7 +308,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     quote!(let __raw = __args.clone();),
                     quote! {
                         .with_recover(#tk::recover(move |__inv: #tk::Invocation| async move {
-                            let __a: __Args = #tk::parse_args(#name, &__raw, #tk::schema_for::<__Args>)?;
+                            let __a: __Args = #parse_raw?;
                             #(#take_states_again)*
                             let __ctx = __inv.into_context();
                             #tk::IntoRecovered::into_recovered(#recover(#(#call_args_again),*).await)
@@ -279,7 +319,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
             };
             let prepare = quote! {
                 #keep_raw
-                let __a: __Args = #tk::parse_args(#name, __args, #tk::schema_for::<__Args>)?;
+                let __a: __Args = #parse_args?;
                 let __key = __key(__ctx, #(#key_args),*)?;
                 let __fp = #tk::fingerprint({
                     let mut __f = #tk::FingerprintFields::new(&__FINGERPRINT_SCHEMA);
@@ -336,18 +376,41 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     let ident = &p.ident;
                     quote!(&__s.#ident)
                 });
+                // Open beside a flattened field, as the target's arguments are, and checked the
+                // same way against its own schema.
+                let (deny, schema, parse, names) = if flattened {
+                    (
+                        quote!(),
+                        quote!(#tk::status_schema_for_flattened::<__StatusArgs>),
+                        quote!(#tk::parse_flattened_args(#status, &__args, &__STATUS_FLATTENED)),
+                        quote! {
+                            static __STATUS_FLATTENED: #tk::FlattenedArgs = #tk::FlattenedArgs::new(
+                                #tk::status_schema_for_flattened::<__StatusArgs>,
+                                __extra_names,
+                            );
+                        },
+                    )
+                } else {
+                    (
+                        quote!(, deny_unknown_fields),
+                        quote!(#tk::schema_for::<__StatusArgs>),
+                        quote!(#tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)),
+                        quote!(),
+                    )
+                };
                 quote! {
                     fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
                         #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-                        #[serde(crate = #serde_path, deny_unknown_fields)]
+                        #[serde(crate = #serde_path #deny)]
                         #[schemars(crate = #schemars_path)]
                         struct __StatusArgs { #(#fields,)* }
+                        #names
                         ::core::option::Option::Some(#tk::status_companion(
                             #name,
                             #status,
-                            #tk::schema_for::<__StatusArgs>(),
+                            #schema(),
                             #tk::std::boxed::Box::new(|__args, __ctx| {
-                                let __s: __StatusArgs = #tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)?;
+                                let __s: __StatusArgs = #parse?;
                                 __key(__ctx, #(#args),*)
                             }),
                         ))
@@ -381,7 +444,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     #retain
                     #retry_limit
                     #concurrency
-                    #tk::ToolDefinition::new(#name, #description, #tk::schema_for::<__Args>(), #story)
+                    #tk::ToolDefinition::new(#name, #description, #args_schema(), #story)
                         .with_output_schema(#as_result::output_schema())
                         .with_annotations(#tk::Annotations::for_story(#story) #not_destructive)
                         .with_settings(__settings)

@@ -1,0 +1,317 @@
+//! The names a tool's arguments may carry when one of its fields is `#[serde(flatten)]`.
+//!
+//! serde cannot refuse unknown fields beside a flattened map or enum: `deny_unknown_fields`
+//! then refuses the map's keys and the enum's tag too, so such a tool could not be called at
+//! all. Its arguments type is derived without it, and the names are checked here instead,
+//! against the schema the model was given: a name no part of it takes is refused, as serde
+//! would refuse it, and so is a set of names no one branch of a flattened enum takes together.
+
+use std::collections::BTreeSet;
+
+use serde::de::{self, Visitor};
+use serde_json::{Map, Value};
+
+/// The names an object schema takes.
+#[derive(Default, Debug)]
+pub(super) struct Names {
+    /// Names taken whatever else is given.
+    fixed: BTreeSet<String>,
+    /// Any name is taken: a flattened map, or a schema that does not say.
+    open: bool,
+    /// Groups of branches (`oneOf`, `anyOf`): in each, one branch must take what is left.
+    choices: Vec<Vec<Names>>,
+}
+
+/// How deep `$ref`s and combinators are followed; a recursive type stops here, open.
+const DEPTH: usize = 32;
+
+impl Names {
+    /// The names `schema` (a canonical root schema) takes, and `extra` besides: aliases, which
+    /// no schema lists.
+    pub(super) fn of(schema: &Value, extra: &[&str]) -> Names {
+        let defs = schema.get("$defs").and_then(Value::as_object);
+        let mut names = Names::default();
+        names.read(schema, defs, DEPTH);
+        names.fixed.extend(extra.iter().map(|s| s.to_string()));
+        names
+    }
+
+    fn read(&mut self, schema: &Value, defs: Option<&Map<String, Value>>, depth: usize) {
+        let Value::Object(map) = schema else {
+            // `true` takes anything; `false` takes nothing, and serde refuses it first.
+            self.open |= schema == &Value::Bool(true);
+            return;
+        };
+        if depth == 0 {
+            self.open = true;
+            return;
+        }
+        if let Some(Value::Object(properties)) = map.get("properties") {
+            self.fixed.extend(properties.keys().cloned());
+        }
+        for keyword in ["additionalProperties", "patternProperties"] {
+            if map.get(keyword).is_some_and(|v| v != &Value::Bool(false)) {
+                self.open = true;
+            }
+        }
+        if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+            match reference
+                .strip_prefix("#/$defs/")
+                .and_then(|name| defs?.get(name))
+            {
+                Some(def) => self.read(def, defs, depth - 1),
+                None => self.open = true,
+            }
+        }
+        if let Some(Value::Array(all)) = map.get("allOf") {
+            for part in all {
+                self.read(part, defs, depth - 1);
+            }
+        }
+        for keyword in ["oneOf", "anyOf"] {
+            if let Some(Value::Array(branches)) = map.get(keyword) {
+                let group = branches
+                    .iter()
+                    .map(|branch| {
+                        let mut names = Names::default();
+                        names.read(branch, defs, depth - 1);
+                        names
+                    })
+                    .collect();
+                self.choices.push(group);
+            }
+        }
+    }
+
+    /// True when this schema takes a name beside `names`.
+    pub(super) fn takes_other(&self, names: &[String]) -> bool {
+        self.open
+            || self.fixed.iter().any(|n| !names.contains(n))
+            || self.choices.iter().flatten().any(|b| b.takes_other(names))
+    }
+
+    /// Every name this schema takes anywhere, in order.
+    fn all(&self, into: &mut BTreeSet<String>) {
+        into.extend(self.fixed.iter().cloned());
+        for branch in self.choices.iter().flatten() {
+            branch.all(into);
+        }
+    }
+
+    /// Checks the names `given`: `Err` with the problem in serde's words when one is not taken.
+    pub(super) fn check<'a>(&self, given: impl Iterator<Item = &'a str>) -> Result<(), String> {
+        if self.open {
+            return Ok(());
+        }
+        let rest: Vec<&str> = given.filter(|n| !self.fixed.contains(*n)).collect();
+        let groups: Vec<&[Names]> = self.choices.iter().map(Vec::as_slice).collect();
+        let (left, taken) = left(rest, &groups);
+        let Some(name) = left.first() else {
+            return Ok(());
+        };
+        let mut known = BTreeSet::new();
+        self.all(&mut known);
+        if !known.contains(*name) {
+            return Err(format!(
+                "unknown field `{name}`, expected one of {}",
+                listed(&self.fixed, known.iter())
+            ));
+        }
+        Err(format!(
+            "field `{name}` does not go with the other fields given: with them, expected only {}",
+            listed(&self.fixed, taken.iter())
+        ))
+    }
+}
+
+/// `fixed` and then `more`, each once, as serde lists names: `` `a`, `b` ``.
+fn listed<'a>(fixed: &'a BTreeSet<String>, more: impl Iterator<Item = &'a String>) -> String {
+    let mut seen = BTreeSet::new();
+    fixed
+        .iter()
+        .chain(more)
+        .filter(|n| seen.insert(n.as_str()))
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What is left of `rest` when each group's best branch has taken its names, and the names
+/// the branches chosen take: nothing left when the names are taken.
+fn left<'a>(rest: Vec<&'a str>, groups: &[&[Names]]) -> (Vec<&'a str>, BTreeSet<String>) {
+    let Some((first, others)) = groups.split_first() else {
+        return (rest, BTreeSet::new());
+    };
+    let mut best: Option<(Vec<&str>, BTreeSet<String>)> = None;
+    for branch in first.iter() {
+        if branch.open {
+            return (Vec::new(), BTreeSet::new());
+        }
+        let after: Vec<&str> = rest
+            .iter()
+            .copied()
+            .filter(|n| !branch.fixed.contains(*n))
+            .collect();
+        let mut groups: Vec<&[Names]> = branch.choices.iter().map(Vec::as_slice).collect();
+        groups.extend_from_slice(others);
+        let (left, mut taken) = left(after, &groups);
+        taken.extend(branch.fixed.iter().cloned());
+        if left.is_empty() {
+            return (left, taken);
+        }
+        if best.as_ref().is_none_or(|(l, _)| left.len() < l.len()) {
+            best = Some((left, taken));
+        }
+    }
+    // A group with no branch takes nothing and leaves everything.
+    best.unwrap_or_else(|| left(rest, others))
+}
+
+/// The names a struct type reads its fields by, aliases included, as serde's derive lists
+/// them (`zip` and `zip_code` for a `zip` also read as `zip_code`); none for other types: a
+/// map's and an enum's names are in the schema, or it is open.
+pub fn struct_fields<T: de::DeserializeOwned>() -> &'static [&'static str] {
+    match T::deserialize(Introspect) {
+        Err(Found(Some(fields))) => fields,
+        _ => &[],
+    }
+}
+
+/// A deserializer that reads nothing and says which fields a struct asked for.
+struct Introspect;
+
+/// The error [`Introspect`] ends every read with: the struct's fields when it asked for them.
+#[derive(Debug)]
+struct Found(Option<&'static [&'static str]>);
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("introspection")
+    }
+}
+
+impl std::error::Error for Found {}
+
+impl de::Error for Found {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Found(None)
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Introspect {
+    type Error = Found;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Found> {
+        Err(Found(None))
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Found> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Found> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Found> {
+        Err(Found(Some(fields)))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(names: &Names, given: &[&str]) -> Result<(), String> {
+        names.check(given.iter().copied())
+    }
+
+    #[test]
+    fn a_name_is_taken_by_the_root_or_by_one_branch_with_the_rest() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"order": {"type": "string"}},
+            "oneOf": [
+                {"properties": {"method": {"const": "card"}, "last4": {"type": "string"}}},
+                {"$ref": "#/$defs/Bank"}
+            ],
+            "$defs": {"Bank": {"properties": {"method": {"const": "bank"}, "iban": {"type": "string"}}}}
+        });
+        let names = Names::of(&schema, &["purchase"]);
+        assert_eq!(check(&names, &["order", "method", "last4"]), Ok(()));
+        assert_eq!(check(&names, &["order", "method", "iban"]), Ok(()));
+        assert_eq!(check(&names, &["purchase"]), Ok(()));
+        let unknown = check(&names, &["order", "bogus"]).unwrap_err();
+        assert!(unknown.starts_with("unknown field `bogus`"), "{unknown}");
+        let mixed = check(&names, &["last4", "iban"]).unwrap_err();
+        assert!(
+            mixed.starts_with("field `iban` does not go with"),
+            "{mixed}"
+        );
+        assert!(
+            mixed.contains("`last4`") && !mixed.ends_with("`iban`"),
+            "{mixed}"
+        );
+    }
+
+    #[test]
+    fn a_map_takes_any_name_and_absent_additional_properties_do_not() {
+        let map = json!({"properties": {"a": {}}, "additionalProperties": {"type": "string"}});
+        assert_eq!(check(&Names::of(&map, &[]), &["a", "anything"]), Ok(()));
+        let plain = json!({"properties": {"a": {}}});
+        assert!(check(&Names::of(&plain, &[]), &["b"]).is_err());
+        let names = Names::of(&plain, &[]);
+        assert!(!names.takes_other(&["a".to_string()]));
+        assert!(Names::of(&map, &[]).takes_other(&["a".to_string()]));
+    }
+
+    #[test]
+    fn two_flattened_enums_each_take_their_own_branch() {
+        let schema = json!({
+            "properties": {"id": {}},
+            "allOf": [
+                {"oneOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
+                {"oneOf": [{"properties": {"x": {}}}, {"properties": {"y": {}}}]}
+            ]
+        });
+        let names = Names::of(&schema, &[]);
+        assert_eq!(check(&names, &["id", "b", "x"]), Ok(()));
+        assert!(check(&names, &["a", "b"]).is_err());
+        assert!(check(&names, &["x", "y"]).is_err());
+    }
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Address {
+        #[serde(alias = "zip_code")]
+        zip: String,
+        city: String,
+    }
+
+    #[test]
+    fn a_structs_fields_are_read_with_their_aliases_and_other_types_have_none() {
+        assert_eq!(struct_fields::<Address>(), ["zip", "zip_code", "city"]);
+        assert_eq!(
+            struct_fields::<Option<Address>>(),
+            ["zip", "zip_code", "city"]
+        );
+        assert!(struct_fields::<std::collections::BTreeMap<String, String>>().is_empty());
+        assert!(struct_fields::<String>().is_empty());
+    }
+}
