@@ -790,6 +790,9 @@ async fn any_field_beside_the_key_names_a_call_even_one_the_macro_cannot_see() {
         note.contains("no argument of `ship_drop` that tells calls under one key apart"),
         "{note}"
     );
+    // The call itself takes the flattened struct's alias too: the same shipment, replayed.
+    let again = json!({"order": "o-1", "cents": 5, "zip_code": "10115", "city": "Berlin"});
+    assert!(tb.call("ship_drop", again, &ctx()).await.unwrap().replayed);
     assert_eq!(out.count("ship:"), 1);
 }
 
@@ -1821,4 +1824,216 @@ async fn templates_that_can_build_one_key_are_refused_at_build() {
         (out.count("cancel-order:"), out.count("cancel-line:")),
         (1, 1)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 14. A flattened enum or map is part of the arguments: called, checked and fingerprinted.
+
+/// Where a refund goes: `method` names the branch, its fields sit beside it.
+#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+enum RefundTarget {
+    Card {
+        last4: String,
+    },
+    Bank {
+        /// Read also as `account`, which no schema shows.
+        #[serde(alias = "account")]
+        iban: String,
+    },
+}
+
+/// Refunds an order to a card or a bank account.
+#[tool(idempotent(key = "payback:<order>", status = "pay_back_status"))]
+async fn pay_back(
+    out: State<Outside>,
+    order: String,
+    cents: i64,
+    #[serde(flatten)] to: RefundTarget,
+) -> Result<String, ToolError> {
+    let to = match to {
+        RefundTarget::Card { last4 } => format!("card-{last4}"),
+        RefundTarget::Bank { iban } => format!("bank-{iban}"),
+    };
+    Ok(format!(
+        "pb-{}",
+        out.act(format!("payback:{order}:{cents}:{to}"))
+    ))
+}
+
+async fn refused(tb: &Toolbox, tool: &str, args: Value) -> ToolError {
+    tb.call(tool, args.clone(), &ctx())
+        .await
+        .expect_err(&format!("`{tool}` takes {args}"))
+}
+
+/// Before, a flattened enum's tag was refused as an unknown field and the tool could not be
+/// called at all. Now each branch's fields are taken, a name no branch takes is refused, and so
+/// is a mix of two branches' fields, which serde alone would drop in silence.
+#[tokio::test]
+async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(PayBack)
+        .build()
+        .unwrap();
+    let card = json!({"order": "o-1", "cents": 500, "method": "card", "last4": "4242"});
+    let first = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
+    let again = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
+    assert_eq!(first.value, again.value);
+    assert!(again.replayed);
+    // The other branch under the same key is another action.
+    let bank = json!({"order": "o-1", "cents": 500, "method": "bank", "iban": "DE02"});
+    let err = refused(&tb, "pay_back", bank.clone()).await;
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    // A name no branch takes, a mix of branches, a field of the branch not named by `method`.
+    let unknown = json!({"order": "o-2", "cents": 5, "method": "card", "last4": "1", "bogus": 1});
+    let err = refused(&tb, "pay_back", unknown).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("unknown field `bogus`"), "{err:?}");
+    let mixed = json!({"order": "o-2", "cents": 5, "method": "card", "last4": "1", "iban": "DE02"});
+    let err = refused(&tb, "pay_back", mixed).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        err.message().contains("field `iban` does not go with"),
+        "{err:?}"
+    );
+    let other = json!({"order": "o-2", "cents": 5, "method": "bank", "last4": "1"});
+    let err = refused(&tb, "pay_back", other).await;
+    assert!(err.message().contains("missing field `iban`"), "{err:?}");
+    // A tag no branch has: the suggestion names no value as if it were a field.
+    let wire = json!({"order": "o-2", "cents": 5, "method": "wire", "iban": "DE02"});
+    let err = refused(&tb, "pay_back", wire).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        !err.suggestion().unwrap_or_default().contains("`wire`"),
+        "{err:?}"
+    );
+    // An alias inside a branch is not seen: refused by name, not dropped.
+    let by_alias = json!({"order": "o-3", "cents": 7, "method": "bank", "account": "DE02"});
+    let err = refused(&tb, "pay_back", by_alias).await;
+    assert!(err.message().contains("unknown field `account`"), "{err:?}");
+    assert_eq!(out.count("payback:"), 1);
+    assert_eq!(out.count("payback:o-1:500:card-4242"), 1);
+}
+
+#[tokio::test]
+async fn a_status_call_reads_a_flattened_enums_fields_as_the_target_does() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(PayBack)
+        .build()
+        .unwrap();
+    let card = json!({"order": "o-1", "cents": 500, "method": "card", "last4": "4242"});
+    let paid = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
+    let status = |args: Value| {
+        let tb = tb.clone();
+        async move { tb.call("pay_back_status", args, &ctx()).await }
+    };
+    let same = status(card).await.unwrap().value;
+    assert_eq!(same["status"], "completed", "{same}");
+    assert_eq!(same["result"], paid.value);
+    assert!(same.get("note").is_none(), "{same}");
+    let bank = json!({"order": "o-1", "cents": 500, "method": "bank", "iban": "DE02"});
+    let other = status(bank).await.unwrap().value;
+    assert_eq!(other["status"], "conflict", "{other}");
+    let by_key = status(json!({"order": "o-1"})).await.unwrap().value;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert!(
+        by_key["note"].as_str().unwrap().contains("only the key"),
+        "{by_key}"
+    );
+    let partial = json!({"order": "o-1", "cents": 500, "method": "card"});
+    let partial = status(partial).await.unwrap().value;
+    assert_eq!(partial["status"], "completed", "{partial}");
+    assert!(
+        partial["note"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `last4`"),
+        "{partial}"
+    );
+    let err = status(json!({"order": "o-1", "bogus": 1}))
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("unknown field `bogus`"), "{err:?}");
+    // The companion's schema is one object: every branch's field, each optional, and closed.
+    let schema = tb
+        .definition("pay_back_status")
+        .unwrap()
+        .input_schema()
+        .clone();
+    assert!(
+        schema.get("oneOf").is_none() && schema.get("anyOf").is_none(),
+        "{schema:#}"
+    );
+    assert_eq!(schema["additionalProperties"], false, "{schema:#}");
+    assert_eq!(schema["required"], json!(["order"]), "{schema:#}");
+    for name in ["cents", "method", "last4", "iban"] {
+        assert!(
+            schema["properties"].get(name).is_some(),
+            "{name}: {schema:#}"
+        );
+    }
+    assert_eq!(out.count("payback:"), 1);
+}
+
+/// Labels an order: every field beside `order` is a label.
+#[tool(idempotent(key = "label:<order>", status = "label_status"))]
+async fn label(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] labels: std::collections::BTreeMap<String, String>,
+) -> Result<String, ToolError> {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(format!(
+        "l-{}",
+        out.act(format!("label:{order}:{}", labels.join(",")))
+    ))
+}
+
+/// Before, a flattened map's keys were refused as unknown fields. Now they are the map's, part
+/// of the fingerprint, and the status companion does not take the key alone for a call with no
+/// labels.
+#[tokio::test]
+async fn a_flattened_maps_fields_are_its_entries_and_tell_calls_apart() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(Label)
+        .build()
+        .unwrap();
+    let gift = json!({"order": "o-1", "gift": "yes", "wrap": "blue"});
+    let first = tb.call("label", gift, &ctx()).await.unwrap();
+    assert_eq!(first.value, "l-1");
+    let reordered = json!({"wrap": "blue", "order": "o-1", "gift": "yes"});
+    assert!(tb.call("label", reordered, &ctx()).await.unwrap().replayed);
+    let red = json!({"order": "o-1", "gift": "yes", "wrap": "red"});
+    let err = refused(&tb, "label", red.clone()).await;
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    let err = refused(&tb, "label", json!({"order": "o-2", "gift": 5})).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        !err.suggestion().unwrap_or_default().contains("`5`"),
+        "{err:?}"
+    );
+
+    let status = |args: Value| {
+        let tb = tb.clone();
+        async move { tb.call("label_status", args, &ctx()).await.unwrap().value }
+    };
+    let by_key = status(json!({"order": "o-1"})).await;
+    assert_eq!(by_key["status"], "completed", "{by_key}");
+    assert!(
+        by_key["note"].as_str().unwrap().contains("only the key"),
+        "{by_key}"
+    );
+    let same = status(json!({"order": "o-1", "gift": "yes", "wrap": "blue"})).await;
+    assert_eq!(same["status"], "completed", "{same}");
+    assert!(same.get("note").is_none(), "{same}");
+    assert_eq!(status(red).await["status"], "conflict");
+    assert_eq!(out.count("label:"), 1);
 }

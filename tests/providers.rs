@@ -377,6 +377,55 @@ async fn every_catalog_tool_accepts_its_arguments_through_every_provider() {
     }
 }
 
+/// A tool whose arguments carry a flattened enum is told to each model as one object, the
+/// branch it does not take left out or `null`: through every provider, one refund.
+#[tokio::test]
+async fn a_flattened_enums_arguments_are_one_refund_through_every_provider() {
+    let fx = catalog::fixture();
+    let strict = catalog::strict_arguments("refund");
+    assert_eq!(strict["iban"], Value::Null);
+    let args = catalog::arguments("refund");
+    let item = json!({"type": "function_call", "call_id": "c", "name": "refund", "arguments": strict.to_string()});
+    let block = json!({"type": "tool_use", "id": "t", "name": "refund", "input": args});
+    let texts = [
+        openai::handle_tool_call(&fx.toolbox, &chat_call("c", "refund", &strict), &ctx()).await
+            ["content"]
+            .clone(),
+        openai::handle_function_call(&fx.toolbox, &item, &ctx()).await["output"].clone(),
+        anthropic::handle_tool_use(&fx.toolbox, &block, &ctx()).await["content"].clone(),
+    ];
+    let over_mcp = mcp::handle_tools_call(
+        &fx.toolbox,
+        &json!({"name": "refund", "arguments": args}),
+        &ctx(),
+    )
+    .await;
+    assert_eq!(
+        parsed(&over_mcp["content"][0]["text"]),
+        json!("rf-1"),
+        "{over_mcp}"
+    );
+    assert_eq!(over_mcp["_meta"]["toolkey/replayed"], true, "{over_mcp}");
+    assert_eq!(parsed(&texts[0]), json!("rf-1"), "{}", texts[0]);
+    for text in &texts[1..] {
+        let replay = parsed(text);
+        assert_eq!(
+            (&replay["result"], &replay["replayed"]),
+            (&json!("rf-1"), &json!(true)),
+            "{text}"
+        );
+    }
+    // The other branch, from a strict model: the card's fields `null`, the same key.
+    let bank = json!({
+        "order_id": "ord-1042", "cents": 1250, "method": "bank", "last4": null, "iban": "DE02"
+    });
+    let text = openai::handle_tool_call(&fx.toolbox, &chat_call("d", "refund", &bank), &ctx())
+        .await["content"]
+        .clone();
+    assert_eq!(error_code(&text), "CONFLICT", "{text}");
+    assert_eq!(fx.payments.refunds.lock().unwrap().len(), 1);
+}
+
 // Steps from the conversation: a two-turn conversation whose turns each ask for the same
 // refund (`refund:<ctx.run_id>:<ctx.step>`) gives two refunds, and the same conversation handed
 // to a new toolbox on the same store after a "restart" replays instead of refunding again.

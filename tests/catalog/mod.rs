@@ -204,11 +204,73 @@ pub async fn ping() -> Result<String, ToolError> {
     Ok("pong".into())
 }
 
+/// Where a refund goes back to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum RefundTo {
+    /// Back to the card the order was paid with.
+    Card {
+        /// The card's last four digits, as the receipt shows them.
+        last4: String,
+    },
+    /// To a bank account.
+    Bank {
+        /// The account's IBAN.
+        iban: String,
+    },
+}
+
+/// A fake payment provider: counts every refund it pays out.
+#[derive(Default)]
+pub struct Payments {
+    pub refunds: Mutex<Vec<String>>,
+}
+
+/// Refund part of an order, to the card it was paid with or to a bank account.
+///
+/// Safe to retry: one order is refunded once.
+#[tool(idempotent(key = "refund:<order_id>", status = "refund_status"))]
+pub async fn refund(
+    payments: State<Payments>,
+    /// The order to refund, for example "ord-1042".
+    order_id: String,
+    /// How much, in euro cents.
+    cents: u64,
+    /// Where the money goes: `method` says which, and the fields beside it say where.
+    #[serde(flatten)]
+    to: RefundTo,
+) -> Result<String, ToolError> {
+    let mut refunds = payments.refunds.lock().unwrap();
+    let to = match to {
+        RefundTo::Card { last4 } => format!("card {last4}"),
+        RefundTo::Bank { iban } => format!("bank {iban}"),
+    };
+    refunds.push(format!("{order_id}:{cents}:{to}"));
+    Ok(format!("rf-{}", refunds.len()))
+}
+
+/// Label an order with tags, each a name and a value: `"gift": "yes"`.
+///
+/// Safe to retry: an order is labelled once.
+#[tool(idempotent(key = "labels:<order_id>", status = "labels_status"))]
+pub async fn label_order(
+    payments: State<Payments>,
+    /// The order to label.
+    order_id: String,
+    /// The labels, each a field of its own beside `order_id`.
+    #[serde(flatten)]
+    labels: std::collections::BTreeMap<String, String>,
+) -> Result<usize, ToolError> {
+    let _ = (payments, order_id);
+    Ok(labels.len())
+}
+
 /// A toolbox with every catalog tool, and the fake outside systems it calls.
 pub struct Fixture {
     pub toolbox: Toolbox,
     pub billing: Arc<Billing>,
     pub carrier: Arc<Carrier>,
+    pub payments: Arc<Payments>,
 }
 
 /// Every catalog tool, a fake billing system and carrier, and an approver that approves
@@ -216,15 +278,19 @@ pub struct Fixture {
 pub fn fixture() -> Fixture {
     let billing = Arc::new(Billing::default());
     let carrier = Arc::new(Carrier::default());
+    let payments = Arc::new(Payments::default());
     let toolbox = Toolbox::builder()
         .shared_state(billing.clone())
         .shared_state(carrier.clone())
+        .shared_state(payments.clone())
         .tool(SendInvoice)
         .tool(CreateShipment)
         .tool(SearchOrders)
         .tool(SetPriority)
         .tool(CancelOrder)
         .tool(Ping)
+        .tool(Refund)
+        .tool(LabelOrder)
         .approver(|_: &toolkey::ApprovalRequest<'_>| true)
         .build()
         .expect("the catalog toolbox builds");
@@ -232,6 +298,7 @@ pub fn fixture() -> Fixture {
         toolbox,
         billing,
         carrier,
+        payments,
     }
 }
 
@@ -264,6 +331,12 @@ pub fn arguments(tool: &str) -> Value {
         "set_priority" => json!({"order_id": -7, "priority": "high"}),
         "cancel_order" => json!({"order_id": 1042, "reason": "ordered twice"}),
         "ping" => json!({}),
+        "refund" => {
+            json!({"order_id": "ord-1042", "cents": 1250, "method": "card", "last4": "4242"})
+        }
+        "refund_status" => arguments("refund"),
+        "label_order" => json!({"order_id": "ord-1042", "gift": "yes", "wrap": "blue"}),
+        "labels_status" => arguments("label_order"),
         other => panic!("no sample arguments for `{other}`"),
     }
 }
@@ -292,6 +365,12 @@ pub fn strict_arguments(tool: &str) -> Value {
         "create_shipment_status" => json!({
             "order_id": "ord-1042", "address": null, "items": null, "speed": null,
             "delivery": null, "notify": null, "insured_value": null
+        }),
+        "refund" => json!({
+            "order_id": "ord-1042", "cents": 1250, "method": "card", "last4": "4242", "iban": null
+        }),
+        "refund_status" => json!({
+            "order_id": "ord-1042", "cents": null, "method": null, "last4": null, "iban": null
         }),
         other => arguments(other),
     }
