@@ -113,6 +113,21 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
                 format!("`{}` is `#[serde(flatten)]`: its fields sit beside the others in the arguments, under their own names, so the parameter cannot be `#[arg(ignore)]`; take it unflattened, or leave out of it what a retry may reword", param.ident),
             );
         }
+        if is_key && param.serde_flatten() {
+            cx.error_spanned_by(
+                &param.ident,
+                format!("`{}` is `#[serde(flatten)]`: it has no field of its own in the arguments, only the fields it holds, so it cannot be part of the key; key on a field of its own, or take it unflattened", param.ident),
+            );
+        }
+        // serde reads a flattened `Option` that does not parse as `None`: a call whose tag is
+        // right and whose other field is wrong would run as if the whole were left out.
+        let optional = last_segment(&param.ty).is_some_and(|s| s.ident == "Option");
+        if param.serde_flatten() && optional {
+            cx.error_spanned_by(
+                &param.ty,
+                format!("`{}` is `#[serde(flatten)]` and an `Option`: serde reads a flattened `Option` whose fields do not parse as `None`, so a call with one of its fields wrong would run as if none were given; take it unflattened, or flatten a type whose fields are each optional", param.ident),
+            );
+        }
         if let (Some(span), false) = (param.case_insensitive, is_key) {
             cx.error_at(
                 span,
