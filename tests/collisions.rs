@@ -1910,6 +1910,15 @@ async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
         !err.suggestion().unwrap_or_default().contains("`wire`"),
         "{err:?}"
     );
+    // Found by fuzzing: serde takes a variant's index for its tag, so `1` (or `1.0`) paid
+    // back to a bank account, which the schema does not offer.
+    for method in [json!(1), json!(1.0)] {
+        let args = json!({"order": "o-4", "cents": 9, "method": method, "iban": "DE02"});
+        let err = refused(&tb, "pay_back", args).await;
+        assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+        assert!(err.message().contains("field `method` holds 1"), "{err:?}");
+        assert!(err.suggestion().unwrap().contains("`method`"), "{err:?}");
+    }
     // An alias inside a branch is not seen: refused by name, not dropped.
     let by_alias = json!({"order": "o-3", "cents": 7, "method": "bank", "account": "DE02"});
     let err = refused(&tb, "pay_back", by_alias).await;
@@ -1955,6 +1964,14 @@ async fn a_status_call_reads_a_flattened_enums_fields_as_the_target_does() {
             .contains("missing field `last4`"),
         "{partial}"
     );
+    // Found by fuzzing: fields of both branches, each taken by the companion's schema, were
+    // refused. They are no whole call, as a call missing a field is none: answered by key.
+    let both = json!({"order": "o-1", "method": "card", "last4": "4242", "iban": "DE02"});
+    let both = status(both).await.unwrap().value;
+    assert_eq!(both["status"], "completed", "{both}");
+    let note = both["note"].as_str().unwrap();
+    assert!(note.contains("not a whole `pay_back` call"), "{both}");
+    assert!(note.contains("does not go with"), "{both}");
     let err = status(json!({"order": "o-1", "bogus": 1}))
         .await
         .unwrap_err();

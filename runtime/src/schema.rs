@@ -14,6 +14,7 @@ mod names;
 mod tracked;
 
 pub use names::struct_fields;
+pub(crate) use names::DOES_NOT_GO_WITH;
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
 /// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)
@@ -125,7 +126,7 @@ pub fn parse_flattened_args<A: DeserializeOwned>(
     let names = flattened
         .names
         .get_or_init(|| names::Names::of(&(flattened.schema)(), &(flattened.extra)()));
-    if let Err(problem) = names.check(object.keys().map(String::as_str)) {
+    if let Err(problem) = names.check_args(object) {
         let field = field_in(&problem);
         return Err(texts::invalid_arguments(
             tool,
@@ -170,13 +171,15 @@ pub fn parse_args<A: DeserializeOwned>(
         return Ok(parsed);
     }
     // JSON Schema's `integer` takes `5.0`, and models write it; serde does not. Such arguments
-    // are read again with their integral floats as integers.
-    if let Some(respelled) = respelled(args) {
-        if let Ok(parsed) = tracked::read(&respelled) {
+    // are read again with their integral floats as integers, and a fault is looked for there:
+    // `5.0` is no fault, and naming it would hide the one that is.
+    let respelled = respelled(args);
+    if let Some(respelled) = &respelled {
+        if let Ok(parsed) = tracked::read(respelled) {
             return Ok(parsed);
         }
     }
-    tracked::locate(args)
+    tracked::locate(respelled.as_ref().unwrap_or(args))
         .map_err(|failure| invalid_arguments(tool, failure.path, failure.error, schema))
 }
 
@@ -510,6 +513,13 @@ mod tests {
         for cents in [json!(5.5), json!(-1.0), json!(1e20), json!("5")] {
             let err = parse(json!({"customer": "acme", "cents": cents})).unwrap_err();
             assert!(err.message().contains("`cents`"), "{cents}: {err:?}");
+        }
+        // Found by fuzzing: beside another fault, `5.0` was named as the fault, so a status call
+        // missing a field was refused for a value its schema takes, not answered by key.
+        for args in [json!({"cents": 5.0}), json!({"customer": 7, "cents": 5.0})] {
+            let err = parse(args.clone()).unwrap_err();
+            assert!(err.message().contains("customer"), "{args}: {err:?}");
+            assert!(!err.message().contains("cents"), "{args}: {err:?}");
         }
     }
 

@@ -632,14 +632,20 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Status companions
 
-/// True when `err` is `tool`'s refusal of arguments for a field of their own they lack (serde's
-/// "missing field", at the top: a field missing inside a value they give is a value refused).
-pub(crate) fn is_missing_field(tool: &str, err: &ToolError) -> bool {
+/// True when `err` is `tool`'s refusal of arguments that are no whole call, though each value
+/// given may be right: a field of their own they lack (serde's "missing field", at the top: a
+/// field missing inside a value they give is a value refused), or fields of two branches of a
+/// flattened enum, each a field of some call but not of one call.
+pub(crate) fn is_not_a_whole_call(tool: &str, err: &ToolError) -> bool {
     err.is(ErrorCode::InvalidArguments)
         && err
             .message()
             .strip_prefix(&invalid_arguments_prefix(tool))
-            .is_some_and(|problem| problem.starts_with("missing field `"))
+            .is_some_and(|problem| {
+                problem.starts_with("missing field `")
+                    || (problem.starts_with("field `")
+                        && problem.contains(crate::schema::DOES_NOT_GO_WITH))
+            })
 }
 
 /// A status answer's note when the arguments gave fields beside the key but not a whole call

@@ -533,7 +533,7 @@ impl Toolbox {
                         };
                         match attempt {
                             Ok(call) => call,
-                            Err(err) if more && texts::is_missing_field(target, &err) => {
+                            Err(err) if more && texts::is_not_a_whole_call(target, &err) => {
                                 note = Some(texts::status_partial_call(target, &err));
                                 None
                             }

@@ -11,6 +11,10 @@ use std::collections::BTreeSet;
 use serde::de::{self, Visitor};
 use serde_json::{Map, Value};
 
+/// What follows the field's name in the refusal of a field of one branch beside another's: the
+/// status companion reads it as fields that are no whole call, not as a value refused.
+pub(crate) const DOES_NOT_GO_WITH: &str = "` does not go with the other fields given";
+
 /// The names an object schema takes.
 #[derive(Default, Debug)]
 pub(super) struct Names {
@@ -20,6 +24,8 @@ pub(super) struct Names {
     open: bool,
     /// Groups of branches (`oneOf`, `anyOf`): in each, one branch must take what is left.
     choices: Vec<Vec<Names>>,
+    /// Fields that hold one value only (`const`): a flattened enum's tag, in its branch.
+    tags: Vec<(String, Value)>,
 }
 
 /// How deep `$ref`s and combinators are followed; a recursive type stops here, open.
@@ -48,6 +54,10 @@ impl Names {
         }
         if let Some(Value::Object(properties)) = map.get("properties") {
             self.fixed.extend(properties.keys().cloned());
+            let tags = properties
+                .iter()
+                .filter_map(|(name, p)| Some((name.clone(), p.get("const")?.clone())));
+            self.tags.extend(tags);
         }
         for keyword in ["additionalProperties", "patternProperties"] {
             if map.get(keyword).is_some_and(|v| v != &Value::Bool(false)) {
@@ -104,6 +114,36 @@ impl Names {
             return Ok(());
         }
         let rest: Vec<&str> = given.filter(|n| !self.fixed.contains(*n)).collect();
+        self.check_rest(rest)
+    }
+
+    /// Checks the names and the tags of `args`: a tag every branch of a group has (a flattened
+    /// enum's `method`) must hold one branch's value. serde reads a tag as a variant's name or
+    /// its index, so `"method": 1` would be a refund to the second branch, which the schema
+    /// does not say.
+    pub(super) fn check_args(&self, args: &Map<String, Value>) -> Result<(), String> {
+        for group in &self.choices {
+            let tags = group.first().map(|b| b.tags.as_slice()).unwrap_or_default();
+            for (tag, _) in tags {
+                let Some(taken) = tag_values(group, tag) else {
+                    continue;
+                };
+                match args.get(tag) {
+                    Some(value) if !taken.contains(&value) => {
+                        let listed: Vec<String> = taken.iter().map(|v| v.to_string()).collect();
+                        return Err(format!(
+                            "field `{tag}` holds {value}, which no form of the arguments takes: expected one of {}",
+                            listed.join(", ")
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.check(args.keys().map(String::as_str))
+    }
+
+    fn check_rest(&self, rest: Vec<&str>) -> Result<(), String> {
         let groups: Vec<&[Names]> = self.choices.iter().map(Vec::as_slice).collect();
         let (left, taken) = left(rest, &groups);
         let Some(name) = left.first() else {
@@ -118,10 +158,24 @@ impl Names {
             ));
         }
         Err(format!(
-            "field `{name}` does not go with the other fields given: with them, expected only {}",
+            "field `{name}{DOES_NOT_GO_WITH}: with them, expected only {}",
             listed(&self.fixed, taken.iter())
         ))
     }
+}
+
+/// The values `tag` holds in the branches of `group`, when every branch has it as a tag.
+fn tag_values<'a>(group: &'a [Names], tag: &str) -> Option<Vec<&'a Value>> {
+    let mut values = Vec::new();
+    for branch in group {
+        let before = values.len();
+        let own = branch.tags.iter().filter(|(name, _)| name == tag);
+        values.extend(own.map(|(_, value)| value));
+        if values.len() == before {
+            return None;
+        }
+    }
+    Some(values)
 }
 
 /// `fixed` and then `more`, each once, as serde lists names: `` `a`, `b` ``.
@@ -268,6 +322,42 @@ mod tests {
             mixed.contains("`last4`") && !mixed.ends_with("`iban`"),
             "{mixed}"
         );
+    }
+
+    /// Found by fuzzing: serde reads a tag's value as a variant's index too, so `"method": 1`
+    /// (or `1.0`) paid back to a bank account, a value the schema does not take.
+    #[test]
+    fn a_tag_holds_one_branchs_value_and_nothing_else() {
+        let schema = json!({
+            "properties": {"order": {}},
+            "oneOf": [
+                {"properties": {"method": {"const": "card"}, "last4": {}}},
+                {"properties": {"method": {"const": "bank"}, "iban": {}}}
+            ]
+        });
+        let names = Names::of(&schema, &[]);
+        let args = |value: Value| json!({"order": "o", "method": value, "iban": "x"});
+        let args = |value| args(value).as_object().unwrap().clone();
+        assert_eq!(names.check_args(&args(json!("bank"))), Ok(()));
+        for value in [
+            json!(1),
+            json!(1.0),
+            json!("Bank"),
+            json!(null),
+            json!(["bank"]),
+        ] {
+            let err = names.check_args(&args(value.clone())).unwrap_err();
+            assert!(err.starts_with("field `method` holds "), "{value}: {err}");
+            assert!(err.ends_with(r#"expected one of "card", "bank""#), "{err}");
+        }
+        // A field named like a tag in one branch only is not a tag of the group.
+        let loose = json!({"oneOf": [
+            {"properties": {"kind": {"const": "a"}}},
+            {"properties": {"kind": {"type": "string"}}}
+        ]});
+        let loose = Names::of(&loose, &[]);
+        let kind = json!({"kind": "z"});
+        assert_eq!(loose.check_args(kind.as_object().unwrap()), Ok(()));
     }
 
     #[test]
