@@ -288,7 +288,22 @@ impl<'a> Gen<'a> {
             if let Some(branches) = schema.get(keyword).and_then(Value::as_array) {
                 if !branches.is_empty() {
                     let branch = self.pick(branches);
-                    return self.valid_at(branch, root, depth + 1);
+                    let chosen = self.valid_at(branch, root, depth + 1);
+                    if schema.get("properties").is_none() {
+                        return chosen;
+                    }
+                    // An object beside a union (a flattened enum's arguments): the object's own
+                    // fields, then the chosen branch's.
+                    let mut rest = schema.clone();
+                    if let Value::Object(rest) = &mut rest {
+                        rest.shift_remove(keyword);
+                        rest.entry("type").or_insert_with(|| Value::from("object"));
+                    }
+                    let mut whole = self.valid_at(&rest, root, depth + 1);
+                    if let (Value::Object(whole), Value::Object(chosen)) = (&mut whole, chosen) {
+                        whole.extend(chosen);
+                    }
+                    return whole;
                 }
             }
         }

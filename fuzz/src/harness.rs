@@ -105,6 +105,16 @@ impl Fixture {
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
                 fields.extend(properties.keys().cloned());
             }
+            // A flattened enum's branches' fields too.
+            let branches = ["oneOf", "anyOf"]
+                .iter()
+                .filter_map(|k| schema.get(*k).and_then(Value::as_array))
+                .flatten();
+            for branch in branches {
+                if let Some(properties) = branch.get("properties").and_then(Value::as_object) {
+                    fields.extend(properties.keys().cloned());
+                }
+            }
             let set_fields = schema
                 .get("properties")
                 .and_then(Value::as_object)
@@ -214,8 +224,13 @@ impl Fixture {
 }
 
 /// Lets the optional top-level fields of `schema` hold anything: a status companion's
-/// non-key fields, which it accepts as they are and ignores.
+/// non-key fields, which it accepts as they are and ignores; a flattened map's entries too.
 fn free_optional_fields(schema: &mut Value) {
+    if let Some(entries) = schema.get_mut("additionalProperties") {
+        if entries.is_object() {
+            *entries = Value::Bool(true);
+        }
+    }
     let required: Vec<Value> = schema
         .get("required")
         .and_then(Value::as_array)
@@ -248,7 +263,16 @@ fn bound_integer_formats(schema: &mut Value) {
             };
             if let Some((min, max)) = range {
                 map.entry("minimum").or_insert(Value::from(min));
-                map.entry("maximum").or_insert(Value::from(max));
+                // `i64::MAX` and `u64::MAX` round up to a power of two as an `f64`, one past
+                // the type's range: that bound is exclusive.
+                let bound = if max > 4_294_967_295.0 {
+                    "exclusiveMaximum"
+                } else {
+                    "maximum"
+                };
+                if !map.contains_key("maximum") {
+                    map.entry(bound).or_insert(Value::from(max));
+                }
             }
             map.values_mut().for_each(bound_integer_formats);
         }

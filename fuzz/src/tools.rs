@@ -9,6 +9,8 @@
 //! | `refund` | keyed on `ctx.run_id` and `ctx.step`, no status | a key the model cannot influence |
 //! | `find_customer` | `read_only` | an optional integer |
 //! | `set_plan` | `natural` | an enum argument |
+//! | `pay_back` | keyed, status `pay_back_status` | a flattened internally tagged enum |
+//! | `tag_order` | keyed, status `tag_order_status` | a flattened map: any other name is a tag |
 //!
 //! Every body writes one line to the [`Ledger`], the fake outside system: the effects a target
 //! counts.
@@ -233,6 +235,51 @@ async fn set_plan(
     Ok(true)
 }
 
+/// Where money goes back to: the branch `method` names, with its own fields.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum PayTo {
+    /// Back to a card.
+    Card {
+        /// The card's last four digits.
+        last4: String,
+    },
+    /// To a bank account.
+    Bank {
+        /// The account's IBAN.
+        iban: String,
+        /// Who holds the account.
+        holder: Option<String>,
+    },
+}
+
+/// Pays an order's money back, to a card or a bank account.
+#[tool(idempotent(key = "payback:<order>", status = "pay_back_status"))]
+async fn pay_back(
+    ledger: State<Ledger>,
+    /// The order paid back.
+    order: String,
+    /// Cents paid back.
+    cents: u32,
+    #[serde(flatten)] to: PayTo,
+) -> Result<Value, ToolError> {
+    let n = ledger.record("pay_back");
+    Ok(json!({"payback": n, "order": order, "cents": cents, "to": to}))
+}
+
+/// Tags an order: every field beside `order` is a tag and its value.
+#[tool(idempotent(key = "tags:<order>", status = "tag_order_status"))]
+async fn tag_order(
+    ledger: State<Ledger>,
+    /// The order tagged.
+    order: String,
+    #[serde(flatten)] tags: BTreeMap<String, String>,
+) -> Result<usize, ToolError> {
+    ledger.record("tag_order");
+    let _ = order;
+    Ok(tags.len())
+}
+
 /// The toolbox every target calls: all the tools above, over `store`, with `ledger` as their
 /// outside system.
 pub fn toolbox(
@@ -249,6 +296,8 @@ pub fn toolbox(
         .tool(Refund)
         .tool(FindCustomer)
         .tool(SetPlan)
+        .tool(PayBack)
+        .tool(TagOrder)
         .build()
         .expect("the fuzz toolbox is well formed")
 }
