@@ -346,3 +346,51 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
             .starts_with("no recover hook"));
     }
 }
+
+/// Tags an order's charge: every field beside `order` is a tag.
+#[tool(idempotent(key = "tag:<order>", recover = find_tag))]
+async fn tag_charge(
+    payments: State<Payments>,
+    order: String,
+    #[serde(flatten)] tags: std::collections::BTreeMap<String, String>,
+) -> Result<String, ToolError> {
+    let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(payments.charge(&order, 0, &tags.join(",")))
+}
+
+async fn find_tag(
+    payments: State<Payments>,
+    order: String,
+    tags: std::collections::BTreeMap<String, String>,
+) -> Result<Option<String>, ToolError> {
+    let _ = tags;
+    Ok(payments.find(&order))
+}
+
+/// A flattened map's entries are fields a retry may not change: the kit changes one and expects
+/// `CONFLICT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flattened_maps_entries_are_fields_the_kit_changes() {
+    for backend in backends() {
+        let args = json!({"order": "o-1", "gift": "yes"});
+        let report = RetryCheck::new("tag_charge", args, || Arc::new(Payments::default()))
+            .toolbox(|builder, payments| {
+                builder
+                    .shared_state(payments.clone())
+                    .tool(TagCharge)
+                    .build()
+            })
+            .effects(|payments| payments.count())
+            .store(backend)
+            .run()
+            .await;
+        report.assert_retry_safe();
+        let row = report.row(OtherArguments).unwrap();
+        assert_eq!(
+            (row.verdict, row.expected, row.observed),
+            (Pass, 1, 1),
+            "{report}"
+        );
+        assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
+    }
+}

@@ -355,10 +355,12 @@ impl<W> RetryCheck<W> {
 
     async fn other_arguments(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
         let Some(retry) = t.fields.other_arguments(&self.args) else {
-            return Row::not_run(
-                Scenario::OtherArguments,
-                "every argument is a key field or ignored: no other arguments can share the key",
-            );
+            let why = if t.fields.has_fingerprinted(&self.args) {
+                "no argument outside the key and the ignored ones holds a value this check can change: no other arguments under the key were tried"
+            } else {
+                "every argument is a key field or ignored: no other arguments can share the key"
+            };
+            return Row::not_run(Scenario::OtherArguments, why);
         };
         let w = self.worker(scene, scene.store.clone(), None);
         let first = self.call(&w, &self.args).await;

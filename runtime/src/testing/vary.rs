@@ -32,8 +32,36 @@ impl<'a> Fields<'a> {
         self.def.key_template()
     }
 
+    /// The schema of field `name`: a property, a field of a flattened enum's branch (not its
+    /// tag, which names the branch), or a flattened map's entry.
     fn property(&self, name: &str) -> Option<&Value> {
-        self.def.input_schema().get("properties")?.get(name)
+        let schema = self.def.input_schema();
+        if let Some(property) = schema.get("properties").and_then(|p| p.get(name)) {
+            return Some(property);
+        }
+        let branches = ["oneOf", "anyOf"]
+            .into_iter()
+            .filter_map(|k| schema.get(k)?.as_array())
+            .flatten();
+        for branch in branches {
+            let Some(branch) = crate::export::resolve(branch, schema) else {
+                continue;
+            };
+            if let Some(property) = branch.get("properties").and_then(|p| p.get(name)) {
+                return property.get("const").is_none().then_some(property);
+            }
+        }
+        schema.get("additionalProperties").filter(|v| v.is_object())
+    }
+
+    /// True when `args` has a field outside the key that is not ignored: one the fingerprint
+    /// covers.
+    pub(crate) fn has_fingerprinted(&self, args: &Value) -> bool {
+        args.as_object().is_some_and(|object| {
+            object
+                .keys()
+                .any(|name| !self.is_key(name) && !self.is_ignored(name))
+        })
     }
 
     fn is_key(&self, name: &str) -> bool {
@@ -271,6 +299,39 @@ mod tests {
         assert_eq!(normalize(&respell("straße", true), true), "straße");
         assert_eq!(normalize(&respell("café", false), false), "café");
         assert_ne!(respell("café", false).trim(), "café");
+    }
+
+    /// A flattened enum's branch field and a flattened map's entry are fields a retry under the
+    /// key may change; a branch's tag is not changed (it would name another branch).
+    #[test]
+    fn a_flattened_fields_value_is_changed_and_a_tag_is_not() {
+        let schema = json!({
+            "properties": {"order": {"type": "string"}},
+            "oneOf": [{"$ref": "#/$defs/Card"}],
+            "$defs": {"Card": {"properties": {
+                "method": {"type": "string", "const": "card"},
+                "last4": {"type": "string"}
+            }}},
+            "additionalProperties": {"type": "string"}
+        });
+        let def = ToolDefinition::new("pay", "", schema, crate::Story::Idempotent)
+            .with_key_template("pay:<order>");
+        let fields = Fields::of(&def);
+        let card = json!({"order": "o-1", "method": "card", "last4": "4242"});
+        let other = fields.other_arguments(&card).unwrap();
+        assert_eq!(other.args["last4"], "4242-other");
+        assert_eq!(other.args["method"], "card");
+        let tagged = json!({"order": "o-1", "gift": "yes"});
+        assert_eq!(
+            fields.other_arguments(&tagged).unwrap().args["gift"],
+            "yes-other"
+        );
+        // A field outside the key whose value no change fits: said so, not "every argument
+        // is a key field".
+        let list = json!({"order": "o-1", "method": "card", "lines": [1]});
+        assert!(fields.other_arguments(&list).is_none());
+        assert!(fields.has_fingerprinted(&list));
+        assert!(!fields.has_fingerprinted(&json!({"order": "o-1"})));
     }
 
     #[test]
