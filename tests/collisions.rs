@@ -1867,17 +1867,23 @@ async fn refused(tb: &Toolbox, tool: &str, args: Value) -> ToolError {
         .expect_err(&format!("`{tool}` takes {args}"))
 }
 
-/// Before, a flattened enum's tag was refused as an unknown field and the tool could not be
-/// called at all. Now each branch's fields are taken, a name no branch takes is refused, and so
-/// is a mix of two branches' fields, which serde alone would drop in silence.
-#[tokio::test]
-async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
+/// A toolbox with `pay_back`, and the outside system it pays back on.
+fn pay_back_toolbox() -> (Arc<Outside>, Toolbox) {
     let out = Arc::new(Outside::default());
     let tb = Toolbox::builder()
         .shared_state(out.clone())
         .tool(PayBack)
         .build()
         .unwrap();
+    (out, tb)
+}
+
+/// Before, a flattened enum's tag was refused as an unknown field and the tool could not be
+/// called at all. Now each branch's fields are taken, a name no branch takes is refused, and so
+/// is a mix of two branches' fields, which serde alone would drop in silence.
+#[tokio::test]
+async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
+    let (out, tb) = pay_back_toolbox();
     let card = json!({"order": "o-1", "cents": 500, "method": "card", "last4": "4242"});
     let first = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
     let again = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
@@ -1929,12 +1935,7 @@ async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
 
 #[tokio::test]
 async fn a_status_call_reads_a_flattened_enums_fields_as_the_target_does() {
-    let out = Arc::new(Outside::default());
-    let tb = Toolbox::builder()
-        .shared_state(out.clone())
-        .tool(PayBack)
-        .build()
-        .unwrap();
+    let (out, tb) = pay_back_toolbox();
     let card = json!({"order": "o-1", "cents": 500, "method": "card", "last4": "4242"});
     let paid = tb.call("pay_back", card.clone(), &ctx()).await.unwrap();
     let status = |args: Value| {
