@@ -1907,7 +1907,11 @@ async fn a_flattened_enum_is_taken_branch_by_branch_and_a_mix_is_refused() {
     );
     let other = json!({"order": "o-2", "cents": 5, "method": "bank", "last4": "1"});
     let err = refused(&tb, "pay_back", other).await;
-    assert!(err.message().contains("missing field `iban`"), "{err:?}");
+    assert!(
+        err.message().contains("field `last4` does not go with")
+            && err.message().contains("`iban`, `method`"),
+        "{err:?}"
+    );
     // A tag no branch has: the suggestion names no value as if it were a field.
     let wire = json!({"order": "o-2", "cents": 5, "method": "wire", "iban": "DE02"});
     let err = refused(&tb, "pay_back", wire).await;
@@ -2054,4 +2058,79 @@ async fn a_flattened_maps_fields_are_its_entries_and_tell_calls_apart() {
     assert!(same.get("note").is_none(), "{same}");
     assert_eq!(status(red).await["status"], "conflict");
     assert_eq!(out.count("label:"), 1);
+}
+
+/// How a parcel is handed over: picked up, or delivered to an address.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Handover {
+    Pickup,
+    Deliver { address: String },
+}
+
+/// A cut of a sheet: serde reads an untagged enum's first branch that parses.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum Size {
+    Square { w: u32 },
+    Rect { w: u32, h: u32 },
+}
+
+#[tool(idempotent(key = "handover:<order>"))]
+async fn hand_over(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] how: Handover,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "h-{}",
+        out.act(format!("handover:{order}:{how:?}"))
+    ))
+}
+
+#[tool(idempotent(key = "cut:<order>"))]
+async fn cut(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] size: Size,
+) -> Result<String, ToolError> {
+    Ok(format!("c-{}", out.act(format!("cut:{order}:{size:?}"))))
+}
+
+/// Found in review: the names were checked against any branch, so a tag naming one branch
+/// beside another branch's field ran as the tag's branch, the field dropped in silence; and
+/// an untagged enum's first branch took the fields of a later one.
+#[tokio::test]
+async fn the_branch_serde_reads_must_take_every_field_given() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(HandOver)
+        .tool(Cut)
+        .build()
+        .unwrap();
+    let pickup = json!({"order": "o-1", "kind": "pickup", "address": "Main St 1"});
+    let err = refused(&tb, "hand_over", pickup).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        err.message().contains("field `address` does not go with"),
+        "{err:?}"
+    );
+    let deliver = json!({"order": "o-1", "kind": "deliver", "address": "Main St 1"});
+    tb.call("hand_over", deliver, &ctx()).await.unwrap();
+    let pickup = json!({"order": "o-2", "kind": "pickup"});
+    tb.call("hand_over", pickup, &ctx()).await.unwrap();
+    assert_eq!(out.count("handover:o-1:Deliver"), 1);
+    assert_eq!(out.count("handover:o-2:Pickup"), 1);
+
+    let err = refused(&tb, "cut", json!({"order": "o-3", "w": 3, "h": 5})).await;
+    assert!(
+        err.message().contains("field `h` does not go with"),
+        "{err:?}"
+    );
+    tb.call("cut", json!({"order": "o-3", "w": 3}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out.count("cut:"), 1);
+    assert_eq!(out.count("handover:"), 2);
 }

@@ -26,6 +26,24 @@ pub(super) struct Names {
     choices: Vec<Vec<Names>>,
     /// Fields that hold one value only (`const`): a flattened enum's tag, in its branch.
     tags: Vec<(String, Value)>,
+    /// Fields that must be given (`required`).
+    required: BTreeSet<String>,
+}
+
+/// The names a call gives, and their values where known.
+struct Given<'a> {
+    names: BTreeSet<&'a str>,
+    args: Option<&'a Map<String, Value>>,
+}
+
+impl Given<'_> {
+    /// False when `branch` cannot be the one serde reads: its tag holds another value here.
+    fn tags_agree(&self, branch: &Names) -> bool {
+        let Some(args) = self.args else {
+            return true;
+        };
+        (branch.tags.iter()).all(|(tag, value)| args.get(tag).is_none_or(|v| v == value))
+    }
 }
 
 /// How deep `$ref`s and combinators are followed; a recursive type stops here, open.
@@ -58,6 +76,13 @@ impl Names {
                 .iter()
                 .filter_map(|(name, p)| Some((name.clone(), p.get("const")?.clone())));
             self.tags.extend(tags);
+        }
+        if let Some(Value::Array(required)) = map.get("required") {
+            let required = required
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string);
+            self.required.extend(required);
         }
         for keyword in ["additionalProperties", "patternProperties"] {
             if map.get(keyword).is_some_and(|v| v != &Value::Bool(false)) {
@@ -109,12 +134,22 @@ impl Names {
     }
 
     /// Checks the names `given`: `Err` with the problem in serde's words when one is not taken.
+    #[cfg(test)]
     pub(super) fn check<'a>(&self, given: impl Iterator<Item = &'a str>) -> Result<(), String> {
+        self.check_given(&Given {
+            names: given.collect(),
+            args: None,
+        })
+    }
+
+    fn check_given(&self, given: &Given<'_>) -> Result<(), String> {
         if self.open {
             return Ok(());
         }
-        let rest: Vec<&str> = given.filter(|n| !self.fixed.contains(*n)).collect();
-        self.check_rest(rest)
+        let rest: Vec<&str> = (given.names.iter().copied())
+            .filter(|n| !self.fixed.contains(*n))
+            .collect();
+        self.check_rest(rest, given)
     }
 
     /// Checks the names and the tags of `args`: a tag every branch of a group has (a flattened
@@ -140,12 +175,15 @@ impl Names {
                 }
             }
         }
-        self.check(args.keys().map(String::as_str))
+        self.check_given(&Given {
+            names: args.keys().map(String::as_str).collect(),
+            args: Some(args),
+        })
     }
 
-    fn check_rest(&self, rest: Vec<&str>) -> Result<(), String> {
+    fn check_rest(&self, rest: Vec<&str>, given: &Given<'_>) -> Result<(), String> {
         let groups: Vec<&[Names]> = self.choices.iter().map(Vec::as_slice).collect();
-        let (left, taken) = left(rest, &groups);
+        let (left, taken) = left(rest, &groups, given);
         let Some(name) = left.first() else {
             return Ok(());
         };
@@ -192,12 +230,16 @@ fn listed<'a>(fixed: &'a BTreeSet<String>, more: impl Iterator<Item = &'a String
 
 /// What is left of `rest` when each group's best branch has taken its names, and the names
 /// the branches chosen take: nothing left when the names are taken.
-fn left<'a>(rest: Vec<&'a str>, groups: &[&[Names]]) -> (Vec<&'a str>, BTreeSet<String>) {
+fn left<'a>(
+    rest: Vec<&'a str>,
+    groups: &[&[Names]],
+    given: &Given<'_>,
+) -> (Vec<&'a str>, BTreeSet<String>) {
     let Some((first, others)) = groups.split_first() else {
         return (rest, BTreeSet::new());
     };
     let mut best: Option<(Vec<&str>, BTreeSet<String>)> = None;
-    for branch in first.iter() {
+    for branch in serde_reads(first, given) {
         if branch.open {
             return (Vec::new(), BTreeSet::new());
         }
@@ -208,7 +250,7 @@ fn left<'a>(rest: Vec<&'a str>, groups: &[&[Names]]) -> (Vec<&'a str>, BTreeSet<
             .collect();
         let mut groups: Vec<&[Names]> = branch.choices.iter().map(Vec::as_slice).collect();
         groups.extend_from_slice(others);
-        let (left, mut taken) = left(after, &groups);
+        let (left, mut taken) = left(after, &groups, given);
         taken.extend(branch.fixed.iter().cloned());
         if left.is_empty() {
             return (left, taken);
@@ -218,7 +260,24 @@ fn left<'a>(rest: Vec<&'a str>, groups: &[&[Names]]) -> (Vec<&'a str>, BTreeSet<
         }
     }
     // A group with no branch takes nothing and leaves everything.
-    best.unwrap_or_else(|| left(rest, others))
+    best.unwrap_or_else(|| left(rest, others, given))
+}
+
+/// The branches of `group` serde may read the call as. A tagged branch only where the tag
+/// given is its own: `"kind": "pickup"` beside `address` is no delivery, and `address` would be
+/// dropped. An untagged group's branches are tried in order, so the first whose required
+/// fields are all given is the one read, whatever a later branch would take.
+fn serde_reads<'g>(group: &'g [Names], given: &Given<'_>) -> Vec<&'g Names> {
+    if group.iter().all(|branch| branch.tags.is_empty()) {
+        let first = group.iter().find(|branch| {
+            (branch.required.iter()).all(|name| given.names.contains(name.as_str()))
+        });
+        return match first {
+            Some(branch) => vec![branch],
+            None => group.iter().collect(),
+        };
+    }
+    group.iter().filter(|b| given.tags_agree(b)).collect()
 }
 
 /// The names a struct type reads its fields by, aliases included, as serde's derive lists
@@ -360,6 +419,50 @@ mod tests {
         assert_eq!(loose.check_args(kind.as_object().unwrap()), Ok(()));
     }
 
+    /// Found in review: the names were checked against any branch, so a tag naming one branch
+    /// beside another branch's field ran as the tag's branch, the field dropped in silence.
+    #[test]
+    fn the_branch_a_tag_names_must_take_the_fields_given() {
+        let schema = json!({
+            "properties": {"order": {}},
+            "oneOf": [
+                {"properties": {"kind": {"const": "pickup"}}, "required": ["kind"]},
+                {"properties": {"kind": {"const": "deliver"}, "address": {}},
+                 "required": ["kind", "address"]}
+            ]
+        });
+        let names = Names::of(&schema, &[]);
+        let args = |v: Value| v.as_object().unwrap().clone();
+        let pickup = args(json!({"order": "o", "kind": "pickup", "address": "Main St"}));
+        let err = names.check_args(&pickup).unwrap_err();
+        assert!(err.starts_with("field `address` does not go with"), "{err}");
+        let deliver = args(json!({"order": "o", "kind": "deliver", "address": "Main St"}));
+        assert_eq!(names.check_args(&deliver), Ok(()));
+        assert_eq!(names.check_args(&args(json!({"kind": "pickup"}))), Ok(()));
+    }
+
+    /// Found in review: serde reads an untagged enum's first branch that parses, so `w` and `h`
+    /// ran as a square, `h` dropped. The branch serde reads must take every field given.
+    #[test]
+    fn an_untagged_group_is_read_as_serde_reads_it_first_branch_first() {
+        let schema = json!({"anyOf": [
+            {"properties": {"w": {}}, "required": ["w"]},
+            {"properties": {"w": {}, "h": {}}, "required": ["w", "h"]}
+        ]});
+        let names = Names::of(&schema, &[]);
+        assert_eq!(check(&names, &["w"]), Ok(()));
+        let err = check(&names, &["w", "h"]).unwrap_err();
+        assert!(err.starts_with("field `h` does not go with"), "{err}");
+        // Externally tagged: each branch requires its own name.
+        let external = json!({"oneOf": [
+            {"properties": {"Card": {}}, "required": ["Card"]},
+            {"properties": {"Bank": {}}, "required": ["Bank"]}
+        ]});
+        let external = Names::of(&external, &[]);
+        assert_eq!(check(&external, &["Bank"]), Ok(()));
+        assert!(check(&external, &["Card", "Bank"]).is_err());
+    }
+
     #[test]
     fn a_map_takes_any_name_and_absent_additional_properties_do_not() {
         let map = json!({"properties": {"a": {}}, "additionalProperties": {"type": "string"}});
@@ -376,8 +479,14 @@ mod tests {
         let schema = json!({
             "properties": {"id": {}},
             "allOf": [
-                {"oneOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
-                {"oneOf": [{"properties": {"x": {}}}, {"properties": {"y": {}}}]}
+                {"oneOf": [
+                    {"properties": {"a": {}}, "required": ["a"]},
+                    {"properties": {"b": {}}, "required": ["b"]}
+                ]},
+                {"oneOf": [
+                    {"properties": {"x": {}}, "required": ["x"]},
+                    {"properties": {"y": {}}, "required": ["y"]}
+                ]}
             ]
         });
         let names = Names::of(&schema, &[]);
