@@ -99,8 +99,21 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
         .into_iter()
         .flat_map(|t| t.params())
         .collect();
+    let flattened = tool.model_params().filter(|p| p.serde_flatten()).count();
     for param in tool.model_params() {
         let is_key = key_fields.iter().any(|f| param.field_name() == *f);
+        // serde hands a flattened map every field no other part of the arguments takes, and
+        // beside another flattened part, that part's fields as well.
+        let takes_any = last_segment(&param.ty).is_some_and(|s| {
+            ["HashMap", "BTreeMap", "IndexMap", "Map", "Value"]
+                .contains(&s.ident.to_string().as_str())
+        });
+        if param.serde_flatten() && takes_any && flattened > 1 {
+            cx.error_spanned_by(
+                &param.ty,
+                format!("`{}` is a flattened map beside another flattened parameter: serde hands it that parameter's fields too, so its entries would not be the ones given; flatten only one of them, or take the map unflattened", param.ident),
+            );
+        }
         if let (Some(span), true) = (param.ignore, is_key) {
             cx.error_at(
                 span,
