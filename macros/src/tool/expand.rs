@@ -44,18 +44,13 @@ pub fn expand(tool: &Tool) -> TokenStream {
     // keys and tags too. Such arguments are derived open, and their names are checked against
     // the schema by the runtime (`__FLATTENED`), with every alias, the flattened structs' too.
     let flattened = tool.model_params().any(|p| p.serde_flatten());
-    let args_struct = if flattened {
+    let (deny, flattened_names) = if flattened {
         let aliases = tool.model_params().flat_map(|p| p.aliases());
         let flat_types = tool
             .model_params()
             .filter(|p| p.serde_flatten())
             .map(|p| &p.ty);
-        quote! {
-            #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-            #[serde(crate = #serde_path)]
-            #[schemars(crate = #schemars_path)]
-            #[allow(non_camel_case_types)]
-            struct __Args { #(#fields,)* }
+        let names = quote! {
             fn __extra_names() -> #tk::std::vec::Vec<&'static str> {
                 let mut __names: #tk::std::vec::Vec<&'static str> = #tk::std::vec![#(#aliases),*];
                 #(__names.extend_from_slice(#tk::struct_fields::<#flat_types>());)*
@@ -63,15 +58,18 @@ pub fn expand(tool: &Tool) -> TokenStream {
             }
             static __FLATTENED: #tk::FlattenedArgs =
                 #tk::FlattenedArgs::new(#tk::schema_for_flattened::<__Args>, __extra_names);
-        }
+        };
+        (quote!(), names)
     } else {
-        quote! {
-            #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-            #[serde(crate = #serde_path, deny_unknown_fields)]
-            #[schemars(crate = #schemars_path)]
-            #[allow(non_camel_case_types)]
-            struct __Args { #(#fields,)* }
-        }
+        (quote!(, deny_unknown_fields), quote!())
+    };
+    let args_struct = quote! {
+        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
+        #[serde(crate = #serde_path #deny)]
+        #[schemars(crate = #schemars_path)]
+        #[allow(non_camel_case_types)]
+        struct __Args { #(#fields,)* }
+        #flattened_names
     };
     let args_schema = if flattened {
         quote!(#tk::schema_for_flattened::<__Args>)
