@@ -27,10 +27,12 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 /// The canonical schema of a tool's arguments with a `#[serde(flatten)]` field, which are derived
 /// without `deny_unknown_fields`: closed at the root all the same, with `unevaluatedProperties:
 /// false` where schemars leaves it open (a flattened enum's branches), unless a flattened map
-/// says what other fields may be.
+/// says what other fields may be. The root has no `description`: schemars gives it the
+/// flattened type's doc, which describes one parameter, not the arguments.
 pub fn schema_for_flattened<T: schemars::JsonSchema>() -> Value {
     let mut schema = schema_for::<T>();
     if let Value::Object(root) = &mut schema {
+        root.shift_remove("description");
         let says = [
             "additionalProperties",
             "unevaluatedProperties",
@@ -49,48 +51,19 @@ pub fn schema_for_flattened<T: schemars::JsonSchema>() -> Value {
 /// the companion's, that each may be given or left out.
 pub fn status_schema_for_flattened<T: schemars::JsonSchema>() -> Value {
     let mut schema = schema_for::<T>();
-    let whole = schema.clone();
+    let lifted = crate::export::lift(&schema, &schema);
     if let Value::Object(root) = &mut schema {
-        let mut properties = match root.shift_remove("properties") {
-            Some(Value::Object(properties)) => properties,
-            _ => Map::new(),
-        };
-        for keyword in ["allOf", "anyOf", "oneOf"] {
-            if let Some(Value::Array(branches)) = root.shift_remove(keyword) {
-                for branch in &branches {
-                    lift_branch(branch, &whole, &mut properties, 32);
-                }
-            }
+        root.shift_remove("description");
+        for keyword in ["allOf", "anyOf", "oneOf", "properties"] {
+            root.shift_remove(keyword);
         }
-        root.insert("properties".into(), Value::Object(properties));
+        root.insert("properties".into(), Value::Object(lifted.properties));
         root.shift_remove("unevaluatedProperties");
         if !root.contains_key("additionalProperties") && !root.contains_key("patternProperties") {
             root.insert("additionalProperties".into(), Value::Bool(false));
         }
     }
     schema
-}
-
-/// Adds the properties of a union's `branch`, and of the unions inside it, to `properties`.
-fn lift_branch(branch: &Value, whole: &Value, properties: &mut Map<String, Value>, depth: usize) {
-    let Some(branch) = crate::export::resolve(branch, whole).filter(|_| depth > 0) else {
-        return;
-    };
-    if let Some(Value::Object(more)) = branch.get("properties") {
-        for (name, schema) in more {
-            crate::export::unite_property(properties, name, schema);
-        }
-    }
-    for keyword in ["allOf", "anyOf", "oneOf"] {
-        for inner in branch
-            .get(keyword)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            lift_branch(inner, whole, properties, depth - 1);
-        }
-    }
 }
 
 /// The arguments of a tool with a `#[serde(flatten)]` field: its schema, and the names the
@@ -150,6 +123,7 @@ fn canonical(mut schema: Value) -> Value {
     if let Value::Object(root) = &mut schema {
         root.shift_remove("title");
     }
+    crate::export::merge_refs_beside_properties(&mut schema);
     crate::export::close_objects(&mut schema);
     schema
 }

@@ -153,14 +153,21 @@ enum Inline {
     All,
     /// Those with sibling keywords, such as a field's `description` beside `$ref`.
     WithSiblings,
+    /// Those with `properties` or `required` beside them: an internally tagged enum's newtype
+    /// variant, whose tag is a property beside the variant's type. Closing that type on its
+    /// own would forbid the tag.
+    BesideProperties,
 }
 
 /// Replaces `$ref`s by a copy of their definition, the use site's own keywords winning: a
 /// field's doc comment says more than its type's.
 ///
+/// Properties and required names on both sides are united, the use site's first.
+///
 /// A reference back into a definition being inlined cannot be inlined: with [`Inline::All`] it
 /// becomes a plain `{"type": "object"}` (the recursion is cut), with [`Inline::WithSiblings`] it
-/// stays a bare `$ref` and loses its siblings.
+/// stays a bare `$ref` and loses its siblings, with [`Inline::BesideProperties`] it stays as it
+/// is.
 fn inline_refs(schema: &mut Value, which: Inline) {
     let defs = definitions(schema);
     inline(schema, &defs, which, &mut Vec::new());
@@ -170,7 +177,13 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
     let Value::Object(map) = node else { return };
     let target = map.get("$ref").and_then(Value::as_str).and_then(def_name);
     if let Some(name) = target {
-        let wanted = which == Inline::All || map.len() > 1;
+        let wanted = match which {
+            Inline::All => true,
+            Inline::WithSiblings => map.len() > 1,
+            Inline::BesideProperties => {
+                map.contains_key("properties") || map.contains_key("required")
+            }
+        };
         if wanted && stack.contains(&name) {
             match which {
                 Inline::All => {
@@ -178,6 +191,7 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
                     map.insert("type".into(), json!("object"));
                 }
                 Inline::WithSiblings => map.retain(|k, _| k == "$ref"),
+                Inline::BesideProperties => {}
             }
             return;
         }
@@ -187,7 +201,27 @@ fn inline(node: &mut Value, defs: &Object, which: Inline, stack: &mut Vec<String
                 _ => Object::new(),
             };
             map.shift_remove("$ref");
-            merged.extend(std::mem::take(map));
+            for (keyword, value) in std::mem::take(map) {
+                match (keyword.as_str(), value, merged.get_mut(&keyword)) {
+                    ("properties", Value::Object(mut mine), Some(Value::Object(theirs))) => {
+                        for (name, schema) in std::mem::take(theirs) {
+                            mine.entry(name).or_insert(schema);
+                        }
+                        *theirs = mine;
+                    }
+                    ("required", Value::Array(mut mine), Some(Value::Array(theirs))) => {
+                        for name in std::mem::take(theirs) {
+                            if !mine.contains(&name) {
+                                mine.push(name);
+                            }
+                        }
+                        *theirs = mine;
+                    }
+                    (_, value, _) => {
+                        merged.insert(keyword, value);
+                    }
+                }
+            }
             *map = merged;
             stack.push(name);
             for_each_child_mut(map, |_, child| inline(child, defs, which, stack));
@@ -218,16 +252,23 @@ pub(crate) fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a 
 /// spread over the arguments become optional properties of the one object).
 pub(crate) fn without_top_level_unions(canonical: &Value) -> Value {
     let mut schema = canonical.clone();
-    let defs = schema.clone();
     let Value::Object(root) = &mut schema else {
         return json!({"type": "object"});
     };
     root.shift_remove("$schema");
-    if !merge_all_of(root) {
-        flatten(root, "allOf", &defs);
+    let unions = ["allOf", "anyOf", "oneOf"];
+    if !merge_all_of(root) || unions.iter().any(|k| root.contains_key(*k)) {
+        let lifted = lift(&Value::Object(root.clone()), canonical);
+        for keyword in unions.iter().chain(&["properties"]) {
+            root.shift_remove(*keyword);
+        }
+        root.insert("properties".into(), Value::Object(lifted.properties));
+        if lifted.required.is_empty() {
+            root.shift_remove("required");
+        } else {
+            root.insert("required".into(), Value::Array(lifted.required));
+        }
     }
-    flatten(root, "anyOf", &defs);
-    flatten(root, "oneOf", &defs);
     root.entry("type").or_insert_with(|| json!("object"));
     // Every property is now the root's own: closed at the root is closed.
     if root.get("unevaluatedProperties") == Some(&Value::Bool(false))
@@ -239,59 +280,97 @@ pub(crate) fn without_top_level_unions(canonical: &Value) -> Value {
     schema
 }
 
-/// Lifts the branches of a top-level union into one object schema: their properties united,
-/// required only what every branch requires (everything, for `allOf`). The model is told less
-/// than the union says; the tool's own argument parsing still refuses what no branch allows.
-fn flatten(root: &mut Object, keyword: &str, whole: &Value) {
-    let Some(Value::Array(branches)) = root.shift_remove(keyword) else {
-        return;
+/// An object schema with its unions lifted: see [`lift`].
+pub(crate) struct Lifted {
+    /// Its own properties and those of every branch below it, united.
+    pub(crate) properties: Object,
+    /// The names it requires whichever branch is taken.
+    pub(crate) required: Vec<Value>,
+}
+
+/// Lifts the branches of `schema`'s unions, and of theirs, into one object schema: their
+/// properties united, required only what every branch requires (everything, for `allOf`). A
+/// `$ref` is followed in `whole`'s definitions and read as a branch of `allOf`. The model is told less than
+/// the unions say; the tool's own argument parsing still refuses what no branch allows.
+pub(crate) fn lift(schema: &Value, whole: &Value) -> Lifted {
+    lift_below(schema, whole, &mut Vec::new())
+}
+
+/// [`lift`], below the references in `path` (each followed once on a path: a recursive type
+/// adds nothing the first reading did not).
+fn lift_below<'a>(schema: &'a Value, whole: &'a Value, path: &mut Vec<&'a str>) -> Lifted {
+    let mut lifted = Lifted {
+        properties: Object::new(),
+        required: Vec::new(),
     };
-    let mut properties = match root.shift_remove("properties") {
-        Some(Value::Object(properties)) => properties,
-        _ => Object::new(),
+    let Some(map) = schema.as_object() else {
+        return lifted;
     };
-    let mut required: Option<Vec<Value>> = None;
-    for branch in &branches {
-        let Some(branch) = resolve(branch, whole) else {
-            continue;
-        };
-        if let Some(Value::Object(more)) = branch.get("properties") {
-            for (name, schema) in more {
-                unite_property(&mut properties, name, schema);
+    if let Some(Value::Object(own)) = map.get("properties") {
+        lifted.properties = own.clone();
+    }
+    let require = |required: &mut Vec<Value>, names: Vec<Value>| {
+        for name in names {
+            if !required.contains(&name) {
+                required.push(name);
             }
         }
-        let names: Vec<Value> = branch
-            .get("required")
+    };
+    require(
+        &mut lifted.required,
+        map.get("required")
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_default();
-        required = Some(match (required, keyword) {
-            (None, _) => names,
-            (Some(mut all), "allOf") => {
-                for name in names {
-                    if !all.contains(&name) {
-                        all.push(name);
-                    }
-                }
-                all
-            }
-            (Some(common), _) => common.into_iter().filter(|n| names.contains(n)).collect(),
+            .unwrap_or_default(),
+    );
+    let unite = |lifted: &mut Lifted, branch: &'a Value, path: &mut Vec<&'a str>| {
+        let inner = lift_below(branch, whole, path);
+        for (name, schema) in &inner.properties {
+            unite_property(&mut lifted.properties, name, schema);
+        }
+        inner.required
+    };
+    if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+        let target = def_name(reference).and_then(|name| {
+            whole
+                .get("$defs")
+                .and_then(|d| d.get(&name))
+                .or_else(|| whole.get("definitions")?.get(&name))
         });
-    }
-    let mut all_required: Vec<Value> = root
-        .get("required")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for name in required.unwrap_or_default() {
-        if !all_required.contains(&name) {
-            all_required.push(name);
+        if let (Some(target), false) = (target, path.contains(&reference)) {
+            path.push(reference);
+            let required = unite(&mut lifted, target, path);
+            require(&mut lifted.required, required);
+            path.pop();
         }
     }
-    root.insert("properties".into(), Value::Object(properties));
-    if !all_required.is_empty() {
-        root.insert("required".into(), Value::Array(all_required));
+    for branch in map
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let required = unite(&mut lifted, branch, path);
+        require(&mut lifted.required, required);
     }
+    for keyword in ["anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = map.get(keyword) else {
+            continue;
+        };
+        let mut common: Option<Vec<Value>> = None;
+        for branch in branches {
+            let required = unite(&mut lifted, branch, path);
+            common = Some(match common {
+                None => required,
+                Some(common) => common
+                    .into_iter()
+                    .filter(|n| required.contains(n))
+                    .collect(),
+            });
+        }
+        require(&mut lifted.required, common.unwrap_or_default());
+    }
+    lifted
 }
 
 /// Gives property `name` the schema `schema` beside the one it has from another branch of a
@@ -333,6 +412,13 @@ pub(crate) fn unite_property(properties: &mut Object, name: &str, schema: &Value
     }
     let first = existing.take();
     *existing = serde_json::json!({"anyOf": [first, schema.clone()]});
+}
+
+/// Replaces each `$ref` with `properties` or `required` beside it by its definition, merged
+/// with them (see [`Inline::BesideProperties`]); then drops the definitions no longer used.
+pub(crate) fn merge_refs_beside_properties(schema: &mut Value) {
+    inline_refs(schema, Inline::BesideProperties);
+    prune_defs(schema);
 }
 
 /// Removes the definitions nothing refers to any more, and `$defs` itself when it is empty.
@@ -565,6 +651,89 @@ mod tests {
             properties["n"],
             json!({"anyOf": [{"type": "integer"}, {"type": "string"}]})
         );
+    }
+
+    #[test]
+    fn two_flattened_enums_lift_into_one_object_and_a_recursive_ref_is_read_once() {
+        // Two flattened enums: an `allOf` of two `oneOf`s, one branch a `$ref`.
+        let schema = json!({
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+            "allOf": [
+                {"oneOf": [
+                    {"$ref": "#/$defs/Card"},
+                    {"type": "object", "properties": {"method": {"type": "string", "const": "bank"}, "iban": {"type": "string"}}, "required": ["method", "iban"]}
+                ]},
+                {"oneOf": [
+                    {"type": "object", "properties": {"speed": {"type": "string", "const": "instant"}, "fee": {"type": "integer"}}, "required": ["speed", "fee"]},
+                    {"type": "object", "properties": {"speed": {"type": "string", "const": "standard"}}, "required": ["speed"]}
+                ]}
+            ],
+            "$defs": {"Card": {"type": "object", "properties": {"method": {"type": "string", "const": "card"}, "last4": {"type": "string"}}, "required": ["method", "last4"]}},
+            "unevaluatedProperties": false
+        });
+        let lifted = without_top_level_unions(&schema);
+        assert_eq!(
+            lifted["properties"],
+            json!({
+                "id": {"type": "string"},
+                "method": {"type": "string", "enum": ["card", "bank"]},
+                "last4": {"type": "string"},
+                "iban": {"type": "string"},
+                "speed": {"type": "string", "enum": ["instant", "standard"]},
+                "fee": {"type": "integer"}
+            }),
+            "{lifted:#}"
+        );
+        assert_eq!(lifted["required"], json!(["id", "method", "speed"]));
+        assert_eq!(lifted["additionalProperties"], json!(false));
+        // A type that refers to itself through its branches is read once on each path.
+        let recursive = json!({
+            "anyOf": [{"$ref": "#/$defs/Tree"}, {"$ref": "#/$defs/Tree"}],
+            "$defs": {"Tree": {
+                "properties": {"leaf": {"type": "string"}},
+                "anyOf": [{"$ref": "#/$defs/Tree"}, {"$ref": "#/$defs/Tree"}]
+            }}
+        });
+        let lifted = lift(&recursive, &recursive);
+        assert_eq!(
+            lifted.properties,
+            json!({"leaf": {"type": "string"}})
+                .as_object()
+                .cloned()
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn a_ref_beside_properties_is_merged_with_them_before_closing() {
+        // An internally tagged newtype variant: its tag beside its type's `$ref`.
+        let mut schema = json!({
+            "properties": {"other": {"$ref": "#/$defs/Card"}},
+            "oneOf": [{
+                "$ref": "#/$defs/Card",
+                "type": "object",
+                "properties": {"method": {"type": "string", "const": "card"}},
+                "required": ["method"]
+            }],
+            "$defs": {"Card": {"type": "object", "properties": {"last4": {"type": "string"}}, "required": ["last4"]}}
+        });
+        merge_refs_beside_properties(&mut schema);
+        assert_eq!(
+            schema["oneOf"][0],
+            json!({
+                "type": "object",
+                "properties": {"method": {"type": "string", "const": "card"}, "last4": {"type": "string"}},
+                "required": ["method", "last4"]
+            })
+        );
+        // A bare `$ref` stays, and so does what it names.
+        assert_eq!(
+            schema["properties"]["other"],
+            json!({"$ref": "#/$defs/Card"})
+        );
+        assert!(schema["$defs"].get("Card").is_some());
     }
 
     #[test]

@@ -320,22 +320,17 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
             }
             // A field only a top-level branch has (a flattened enum's, lifted into one object
             // for the model) was optional where the model was told: its `null` is "not given"
-            // too. Deeper unions are exported as they are.
-            let in_a_branch = |name: &str| {
-                ["anyOf", "oneOf"].iter().any(|keyword| {
-                    schema
-                        .get(*keyword)
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|branch| resolve(branch, root)?.get("properties"))
-                        .any(|props| props.get(name).is_some())
-                })
-            };
+            // too, unless every branch requires it. Deeper unions are exported as they are.
             let own = schema.get("properties").and_then(Value::as_object);
-            if depth == 0 {
+            let lifted_null = |(k, v): (&String, &Value)| {
+                v.is_null() && own.is_none_or(|own| !own.contains_key(k))
+            };
+            if depth == 0 && object.iter().any(lifted_null) {
+                let lifted = super::lift(&Value::Object(schema.clone()), root);
                 object.retain(|k, v| {
-                    !(v.is_null() && own.is_none_or(|own| !own.contains_key(k)) && in_a_branch(k))
+                    !(lifted_null((k, v))
+                        && lifted.properties.contains_key(k)
+                        && !lifted.required.iter().any(|r| r == k))
                 });
             }
             // The branches that describe this object: every `allOf` one, and the first
