@@ -394,3 +394,64 @@ async fn a_flattened_maps_entries_are_fields_the_kit_changes() {
         assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
     }
 }
+
+/// Where a payout goes.
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+enum PayTo {
+    Card { last4: String },
+    Bank { iban: String },
+}
+
+/// How fast a payout goes.
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(tag = "speed", rename_all = "snake_case")]
+enum Speed {
+    Instant { fee: u32 },
+    Standard,
+}
+
+/// Pays an order out: every field beside `order` is one of two flattened enums'.
+#[tool(idempotent(key = "payout:<order>", recover = find_payout))]
+async fn pay_out(
+    payments: State<Payments>,
+    order: String,
+    #[serde(flatten)] to: PayTo,
+    #[serde(flatten)] speed: Speed,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, 0, &format!("{to:?} {speed:?}")))
+}
+
+async fn find_payout(
+    payments: State<Payments>,
+    order: String,
+    to: PayTo,
+    speed: Speed,
+) -> Result<Option<String>, ToolError> {
+    let _ = (to, speed);
+    Ok(payments.find(&order))
+}
+
+/// The fields of two flattened enums (an `allOf` of two `oneOf`s) are fields the kit changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_flattened_enums_fields_are_fields_the_kit_changes() {
+    for backend in backends() {
+        let args = json!({"order": "o-1", "method": "card", "last4": "4242", "speed": "standard"});
+        let report = RetryCheck::new("pay_out", args, || Arc::new(Payments::default()))
+            .toolbox(|builder, payments| {
+                builder.shared_state(payments.clone()).tool(PayOut).build()
+            })
+            .effects(|payments| payments.count())
+            .store(backend)
+            .run()
+            .await;
+        report.assert_retry_safe();
+        let row = report.row(OtherArguments).unwrap();
+        assert_eq!(
+            (row.verdict, row.expected, row.observed),
+            (Pass, 1, 1),
+            "{report}"
+        );
+        assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
+    }
+}

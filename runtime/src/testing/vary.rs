@@ -39,17 +39,9 @@ impl<'a> Fields<'a> {
         if let Some(property) = schema.get("properties").and_then(|p| p.get(name)) {
             return Some(property);
         }
-        let branches = ["oneOf", "anyOf"]
-            .into_iter()
-            .filter_map(|k| schema.get(k)?.as_array())
-            .flatten();
-        for branch in branches {
-            let Some(branch) = crate::export::resolve(branch, schema) else {
-                continue;
-            };
-            if let Some(property) = branch.get("properties").and_then(|p| p.get(name)) {
-                return property.get("const").is_none().then_some(property);
-            }
+        let root = schema.as_object()?;
+        if let Some(found) = in_branches(root, schema, name, 8) {
+            return found;
         }
         schema.get("additionalProperties").filter(|v| v.is_object())
     }
@@ -259,6 +251,33 @@ fn short(value: &Value) -> String {
     } else {
         text
     }
+}
+
+/// The schema of field `name` in the first branch below `schema` that has it (a flattened enum's,
+/// under `oneOf`/`anyOf`, or under `allOf` beside another's): `Some(None)` when it is a branch's
+/// tag, which names another branch rather than another value.
+fn in_branches<'a>(
+    schema: &'a Map<String, Value>,
+    whole: &'a Value,
+    name: &str,
+    depth: usize,
+) -> Option<Option<&'a Value>> {
+    let branches = ["allOf", "oneOf", "anyOf"]
+        .into_iter()
+        .filter_map(|k| schema.get(k)?.as_array())
+        .flatten();
+    for branch in branches.filter(|_| depth > 0) {
+        let Some(resolved) = crate::export::resolve(branch, whole) else {
+            continue;
+        };
+        if let Some(property) = resolved.get("properties").and_then(|p| p.get(name)) {
+            return Some(property.get("const").is_none().then_some(property));
+        }
+        if let Some(found) = in_branches(resolved, whole, name, depth - 1) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
