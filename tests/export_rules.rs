@@ -141,7 +141,10 @@ fn strict_schemas_take_nulls_for_optional_fields_and_the_full_arguments() {
             .into_iter()
             .flatten()
             .all(|(name, _)| arguments.get(name).is_some());
-        if canonical.get("oneOf").is_none() && every_field {
+        let branches = ["oneOf", "allOf"]
+            .iter()
+            .any(|k| canonical.get(*k).is_some());
+        if !branches && every_field {
             assert_valid(parameters, &arguments, &what);
         }
         let optional = canonical["properties"]
@@ -194,9 +197,10 @@ fn canonical_schemas_are_valid_json_schema_2020_12() {
         }
         let input = def.input_schema();
         assert_eq!(input["type"], "object");
-        // Closed: by `additionalProperties`, or, beside a flattened enum's branches, by
-        // `unevaluatedProperties`; a flattened map says what the other fields hold instead.
-        let closed = if input.get("oneOf").is_some() {
+        // Closed: by `additionalProperties`, or, beside a flattened enum's branches (those of
+        // two enums under `allOf`), by `unevaluatedProperties`; a flattened map says what the
+        // other fields hold instead.
+        let closed = if ["oneOf", "allOf"].iter().any(|k| input.get(*k).is_some()) {
             &input["unevaluatedProperties"]
         } else {
             &input["additionalProperties"]

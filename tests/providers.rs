@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use toolkey::providers::{anthropic, mcp, openai};
 use toolkey::store::SqliteStore;
-use toolkey::{ToolContext, Toolbox};
+use toolkey::{ErrorCode, ToolContext, Toolbox};
 
 use billing::{RefundOrder, Refunds};
 
@@ -424,6 +424,105 @@ async fn a_flattened_enums_arguments_are_one_refund_through_every_provider() {
         .clone();
     assert_eq!(error_code(&text), "CONFLICT", "{text}");
     assert_eq!(fx.payments.refunds.lock().unwrap().len(), 1);
+}
+
+/// Two flattened enums, one of them with a newtype variant (`Card(CardRef)`): every export
+/// offers both enums' fields, and a call built from each is one payout.
+#[tokio::test]
+async fn two_flattened_enums_and_a_newtype_variant_are_one_payout_through_every_provider() {
+    let fx = catalog::fixture();
+    let def = fx.toolbox.definition("pay_out").unwrap();
+    for (what, schema) in [
+        ("openai", def.to_openai()["function"]["parameters"].clone()),
+        ("anthropic", def.to_anthropic()["input_schema"].clone()),
+        ("gemini", def.to_gemini()["parameters"].clone()),
+    ] {
+        let offered: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            offered,
+            [
+                "payout_id",
+                "cents",
+                "method",
+                "last4",
+                "iban",
+                "speed",
+                "fee_cents"
+            ],
+            "{what}: {schema:#}"
+        );
+        assert_eq!(
+            schema["properties"]["method"]["enum"],
+            json!(["card", "bank"]),
+            "{what}"
+        );
+    }
+    let strict = catalog::strict_arguments("pay_out");
+    let args = catalog::arguments("pay_out");
+    let item = json!({"type": "function_call", "call_id": "c", "name": "pay_out", "arguments": strict.to_string()});
+    let block = json!({"type": "tool_use", "id": "t", "name": "pay_out", "input": args});
+    let first = openai::handle_tool_call(&fx.toolbox, &chat_call("c", "pay_out", &strict), &ctx())
+        .await["content"]
+        .clone();
+    assert_eq!(parsed(&first), json!("po-1"), "{first}");
+    let replays = [
+        openai::handle_function_call(&fx.toolbox, &item, &ctx()).await["output"].clone(),
+        anthropic::handle_tool_use(&fx.toolbox, &block, &ctx()).await["content"].clone(),
+    ];
+    for text in &replays {
+        let replay = parsed(text);
+        assert_eq!(
+            (&replay["result"], &replay["replayed"]),
+            (&json!("po-1"), &json!(true)),
+            "{text}"
+        );
+    }
+    let over_mcp = mcp::handle_tools_call(
+        &fx.toolbox,
+        &json!({"name": "pay_out", "arguments": args}),
+        &ctx(),
+    )
+    .await;
+    assert_eq!(over_mcp["_meta"]["toolkey/replayed"], true, "{over_mcp}");
+    // The other speed under the key is another payout.
+    let standard = json!({
+        "payout_id": "po-7", "cents": 900, "method": "card", "last4": "4242", "iban": null,
+        "speed": "standard", "fee_cents": null
+    });
+    let text = openai::handle_tool_call(&fx.toolbox, &chat_call("d", "pay_out", &standard), &ctx())
+        .await["content"]
+        .clone();
+    assert_eq!(error_code(&text), "CONFLICT", "{text}");
+    // A fee beside the standard speed goes with no branch of `speed`.
+    let mix = json!({
+        "payout_id": "po-8", "cents": 900, "method": "bank", "iban": "DE02",
+        "speed": "standard", "fee_cents": 50
+    });
+    let err = fx.toolbox.call("pay_out", mix, &ctx()).await.unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        err.message()
+            .contains("field `fee_cents` does not go with the other fields given"),
+        "{err:?}"
+    );
+    // The companion reads both enums' fields as the tool does.
+    let status = |args: Value| {
+        let toolbox = fx.toolbox.clone();
+        async move { toolbox.call("payout_status", args, &ctx()).await }
+    };
+    let same = status(args).await.unwrap().value;
+    assert_eq!(
+        (&same["status"], &same["result"]),
+        (&json!("completed"), &json!("po-1")),
+        "{same}"
+    );
+    assert!(same.get("note").is_none(), "{same}");
+    let standard = status(standard).await.unwrap().value;
+    assert_eq!(standard["status"], "conflict", "{standard}");
+    assert_eq!(
+        *fx.payments.refunds.lock().unwrap(),
+        ["po-7:900:card 4242:instant, fee 50"]
+    );
 }
 
 // Steps from the conversation: a two-turn conversation whose turns each ask for the same

@@ -265,6 +265,69 @@ pub async fn label_order(
     Ok(labels.len())
 }
 
+/// A card, as the receipt shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CardRef {
+    /// The card's last four digits.
+    pub last4: String,
+}
+
+/// Where a payout goes: a newtype variant, whose fields are its type's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum PayTo {
+    /// To a card.
+    Card(CardRef),
+    /// To a bank account.
+    Bank {
+        /// The account's IBAN.
+        iban: String,
+    },
+}
+
+/// How fast a payout goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "speed", rename_all = "snake_case")]
+pub enum PayoutSpeed {
+    /// Within minutes, for a fee.
+    Instant {
+        /// The fee, in euro cents.
+        fee_cents: u64,
+    },
+    /// Within three days.
+    Standard,
+}
+
+/// Pay money out to a card or a bank account, instantly or not.
+///
+/// Safe to retry: one payout is paid once.
+#[tool(idempotent(key = "payout:<payout_id>", status = "payout_status"))]
+pub async fn pay_out(
+    payments: State<Payments>,
+    /// The payout's own id, for example "po-7".
+    payout_id: String,
+    /// How much, in euro cents.
+    cents: u64,
+    /// Where the money goes.
+    #[serde(flatten)]
+    to: PayTo,
+    /// How fast.
+    #[serde(flatten)]
+    speed: PayoutSpeed,
+) -> Result<String, ToolError> {
+    let mut refunds = payments.refunds.lock().unwrap();
+    let to = match to {
+        PayTo::Card(card) => format!("card {}", card.last4),
+        PayTo::Bank { iban } => format!("bank {iban}"),
+    };
+    let speed = match speed {
+        PayoutSpeed::Instant { fee_cents } => format!("instant, fee {fee_cents}"),
+        PayoutSpeed::Standard => "standard".to_string(),
+    };
+    refunds.push(format!("{payout_id}:{cents}:{to}:{speed}"));
+    Ok(format!("po-{}", refunds.len()))
+}
+
 /// A toolbox with every catalog tool, and the fake outside systems it calls.
 pub struct Fixture {
     pub toolbox: Toolbox,
@@ -291,6 +354,7 @@ pub fn fixture() -> Fixture {
         .tool(Ping)
         .tool(Refund)
         .tool(LabelOrder)
+        .tool(PayOut)
         .approver(|_: &toolkey::ApprovalRequest<'_>| true)
         .build()
         .expect("the catalog toolbox builds");
@@ -337,6 +401,11 @@ pub fn arguments(tool: &str) -> Value {
         "refund_status" => arguments("refund"),
         "label_order" => json!({"order_id": "ord-1042", "gift": "yes", "wrap": "blue"}),
         "labels_status" => arguments("label_order"),
+        "pay_out" => json!({
+            "payout_id": "po-7", "cents": 900, "method": "card", "last4": "4242",
+            "speed": "instant", "fee_cents": 50
+        }),
+        "payout_status" => arguments("pay_out"),
         other => panic!("no sample arguments for `{other}`"),
     }
 }
@@ -371,6 +440,14 @@ pub fn strict_arguments(tool: &str) -> Value {
         }),
         "refund_status" => json!({
             "order_id": "ord-1042", "cents": null, "method": null, "last4": null, "iban": null
+        }),
+        "pay_out" => json!({
+            "payout_id": "po-7", "cents": 900, "method": "card", "last4": "4242", "iban": null,
+            "speed": "instant", "fee_cents": 50
+        }),
+        "payout_status" => json!({
+            "payout_id": "po-7", "cents": null, "method": null, "last4": null, "iban": null,
+            "speed": null, "fee_cents": null
         }),
         other => arguments(other),
     }
