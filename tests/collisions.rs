@@ -2134,3 +2134,79 @@ async fn the_branch_serde_reads_must_take_every_field_given() {
     assert_eq!(out.count("cut:"), 1);
     assert_eq!(out.count("handover:"), 2);
 }
+
+/// A payee whose bank branch has a field named like a parameter of `wire`.
+#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+enum Payee {
+    Card {
+        last4: String,
+    },
+    Bank {
+        iban: String,
+        holder: Option<String>,
+    },
+}
+
+/// Wires money: `holder` is both its own parameter and a field of the bank branch.
+#[tool(idempotent(key = "wire:<order>"))]
+async fn wire(
+    out: State<Outside>,
+    order: String,
+    holder: String,
+    #[serde(flatten)] to: Payee,
+) -> Result<String, ToolError> {
+    let to = match to {
+        Payee::Card { last4 } => format!("card-{last4}"),
+        Payee::Bank { iban, holder } => format!("bank-{iban}-{holder:?}"),
+    };
+    Ok(format!("w-{}", out.act(format!("{order}:{holder}:{to}"))))
+}
+
+/// Picks a payee: its parameter `how` is read also as `method`, the enum's tag.
+#[tool(idempotent(key = "pick:<order>"))]
+async fn pick_payee(
+    out: State<Outside>,
+    order: String,
+    #[serde(alias = "method")] how: String,
+    #[serde(flatten)] to: Payee,
+) -> Result<String, ToolError> {
+    let _ = to;
+    Ok(format!("p-{}", out.act(format!("{order}:{how}"))))
+}
+
+/// serde gives a field a parameter and a flattened enum's branch both name to the parameter:
+/// the branch's `holder` would be `None` on every call, lost in silence, and a tag taken by an
+/// alias would leave every call without its branch. Neither toolbox builds.
+#[test]
+fn a_flattened_field_named_like_a_parameter_does_not_build() {
+    let err = Toolbox::builder()
+        .state(Outside::default())
+        .tool(Wire)
+        .build()
+        .err()
+        .expect("`wire` does not build");
+    assert_eq!(
+        err,
+        toolkey::BuildError::ShadowedField {
+            tool: "wire".into(),
+            field: "holder".into(),
+            parameter: "holder".into()
+        }
+    );
+    assert!(err.to_string().contains("rename one of them"), "{err}");
+    let err = Toolbox::builder()
+        .state(Outside::default())
+        .tool(PickPayee)
+        .build()
+        .err()
+        .expect("`pick_payee` does not build");
+    assert_eq!(
+        err,
+        toolkey::BuildError::ShadowedField {
+            tool: "pick_payee".into(),
+            field: "method".into(),
+            parameter: "how".into()
+        }
+    );
+}

@@ -384,6 +384,28 @@ impl ToolDefinition {
         )
     }
 
+    /// A field of a flattened enum (a union at the schema's root) that one of the tool's own
+    /// parameters takes by its name or an alias: (that name, the parameter's JSON name).
+    pub(crate) fn shadowed_field(&self) -> Option<(String, String)> {
+        let root = self.input_schema.as_object()?;
+        let unions: serde_json::Map<String, Value> = root
+            .iter()
+            .filter(|(keyword, _)| ["allOf", "anyOf", "oneOf"].contains(&keyword.as_str()))
+            .map(|(keyword, branches)| (keyword.clone(), branches.clone()))
+            .collect();
+        if unions.is_empty() {
+            return None;
+        }
+        let branches = crate::export::lift(&Value::Object(unions), &self.input_schema);
+        let own = root.get("properties")?.as_object()?;
+        own.keys().find_map(|parameter| {
+            let field = self
+                .names_of(parameter)
+                .find(|name| branches.properties.contains_key(*name))?;
+            Some((field.to_string(), parameter.clone()))
+        })
+    }
+
     /// Declares that the tool needs `State<T>` from the toolbox.
     pub fn with_need(mut self, need: StateNeed) -> Self {
         self.needs.push(need);

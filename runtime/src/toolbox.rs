@@ -49,6 +49,18 @@ pub enum BuildError {
     /// `unkeyed` tools without an approver.
     #[error("tools {0:?} are `unkeyed` (effects without a key): give the toolbox an approver with .approver(..)")]
     NoApprover(Vec<String>),
+    /// A flattened parameter's field (a flattened enum's branch field or tag) has the name of one
+    /// of the tool's own parameters: serde gives it to the parameter, so the flattened one never
+    /// gets it, and every call would be refused or would lose the field.
+    #[error("tool `{tool}`: a flattened parameter has a field `{field}`, which is the name of the parameter `{parameter}` too: serde gives `{field}` to `{parameter}`, so the flattened parameter never gets it; rename one of them")]
+    ShadowedField {
+        /// The tool.
+        tool: String,
+        /// The name both have.
+        field: String,
+        /// The parameter that takes it, as the arguments' JSON names it.
+        parameter: String,
+    },
     /// Two tools' key templates can build one key from different values (`order:<id>` builds
     /// `order:o-1:line:2` for the id `o-1:line:2`, as `order:<id>:line:<line>` does for `o-1`
     /// and `2`): a call of one would be refused as the other's `CONFLICT`, or replayed its
@@ -292,6 +304,13 @@ impl ToolboxBuilder {
             }
             if let Some(limit) = settings.concurrency {
                 slots.push((definition.name.clone(), limit));
+            }
+            if let Some((field, parameter)) = definition.shadowed_field() {
+                return Err(BuildError::ShadowedField {
+                    tool: definition.name.clone(),
+                    field,
+                    parameter,
+                });
             }
             for need in &definition.needs {
                 if !self.state.contains(need.type_id) {
