@@ -2210,3 +2210,96 @@ fn a_flattened_field_named_like_a_parameter_does_not_build() {
         }
     );
 }
+
+/// A flattened `Option` out of the macro's sight: behind a type alias.
+type MaybePayee = Option<Payee>;
+
+/// Refunds an order, to a payee if one is given.
+#[tool(idempotent(key = "maybe:<order>"))]
+async fn refund_maybe(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] to: MaybePayee,
+) -> Result<String, ToolError> {
+    let to = match to {
+        Some(Payee::Card { last4 }) => format!("card-{last4}"),
+        Some(Payee::Bank { iban, .. }) => format!("bank-{iban}"),
+        None => "none".to_string(),
+    };
+    Ok(format!("m-{}", out.act(format!("{order}:{to}"))))
+}
+
+/// A flattened `Option` out of the macro's sight: inside a flattened struct.
+#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+struct Payout {
+    currency: String,
+    #[serde(flatten)]
+    to: Option<Payee>,
+}
+
+/// Pays out an order, to a payee if one is given.
+#[tool(idempotent(key = "payout:<order>"))]
+async fn pay_out_maybe(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] payout: Payout,
+) -> Result<String, ToolError> {
+    let to = match payout.to {
+        Some(Payee::Card { last4 }) => format!("card-{last4}"),
+        Some(Payee::Bank { iban, .. }) => format!("bank-{iban}"),
+        None => "none".to_string(),
+    };
+    Ok(format!(
+        "p-{}",
+        out.act(format!("{order}:{}:{to}", payout.currency))
+    ))
+}
+
+/// serde reads a flattened `Option` whose fields do not parse as `None`: before, a card without
+/// its digits ran as a refund to no payee at all, the fields given dropped in silence. A branch
+/// whose fields are given must be given whole; no payee at all is still `None`.
+#[tokio::test]
+async fn fields_of_a_flattened_option_are_read_whole_or_refused() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(RefundMaybe)
+        .tool(PayOutMaybe)
+        .build()
+        .unwrap();
+    for (args, missing) in [
+        (json!({"order": "o-1", "method": "card"}), "last4"),
+        (json!({"order": "o-1", "last4": "4242"}), "method"),
+        (
+            json!({"order": "o-1", "method": "bank", "holder": "Ada"}),
+            "iban",
+        ),
+    ] {
+        let err = refused(&tb, "refund_maybe", args).await;
+        assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+        assert!(
+            err.message()
+                .contains(&format!("missing field `{missing}`")),
+            "{err:?}"
+        );
+    }
+    assert!(out.effects.lock().unwrap().is_empty());
+    let card = json!({"order": "o-1", "method": "card", "last4": "4242"});
+    tb.call("refund_maybe", card, &ctx()).await.unwrap();
+    let none = json!({"order": "o-2"});
+    tb.call("refund_maybe", none, &ctx()).await.unwrap();
+    // One level down, beside a field of the flattened struct.
+    let err = refused(
+        &tb,
+        "pay_out_maybe",
+        json!({"order": "o-3", "currency": "EUR", "method": "bank"}),
+    )
+    .await;
+    assert!(err.message().contains("missing field `iban`"), "{err:?}");
+    let bank = json!({"order": "o-3", "currency": "EUR", "method": "bank", "iban": "DE02"});
+    tb.call("pay_out_maybe", bank, &ctx()).await.unwrap();
+    assert_eq!(
+        *out.effects.lock().unwrap(),
+        ["o-1:card-4242", "o-2:none", "o-3:EUR:bank-DE02"]
+    );
+}

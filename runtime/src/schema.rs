@@ -109,7 +109,18 @@ pub fn parse_flattened_args<A: DeserializeOwned>(
             None,
         ));
     }
-    parse_args(tool, args, flattened.schema)
+    let parsed = parse_args(tool, args, flattened.schema)?;
+    if let Err(problem) = names.check_whole(object) {
+        let field = field_in(&problem);
+        return Err(texts::invalid_arguments(
+            tool,
+            ".",
+            &problem,
+            field.as_deref(),
+            None,
+        ));
+    }
+    Ok(parsed)
 }
 
 /// True when arguments described by `schema` may carry a name beside `names`: a property, a

@@ -181,6 +181,52 @@ impl Names {
         })
     }
 
+    /// Checks, once serde has read `args`, that each branch it read fields of was given whole.
+    /// serde reads a flattened `Option` whose fields do not parse as `None`: `"method": "card"`
+    /// without `last4` would run with no card at all, the fields given dropped in silence. A
+    /// flattened `Option` is a compile error, but one inside a flattened struct, or behind a
+    /// type alias, is out of the macro's sight; its schema (`anyOf` of the enum and `{}`) is
+    /// not.
+    pub(super) fn check_whole(&self, args: &Map<String, Value>) -> Result<(), String> {
+        self.check_whole_given(&Given {
+            names: args.keys().map(String::as_str).collect(),
+            args: Some(args),
+        })
+    }
+
+    fn check_whole_given(&self, given: &Given<'_>) -> Result<(), String> {
+        for group in &self.choices {
+            let touches = |branch: &Names| {
+                let mut names = BTreeSet::new();
+                branch.all(&mut names);
+                names.iter().any(|n| given.names.contains(n.as_str()))
+            };
+            if !group.iter().any(touches) {
+                continue;
+            }
+            let read = serde_reads(group, given);
+            let missing = |branch: &&Names| branch.missing(given).is_some();
+            if let Some(whole) = read.iter().find(|b| touches(b) && !missing(b)) {
+                whole.check_whole_given(given)?;
+                continue;
+            }
+            let Some(name) = (read.iter().copied())
+                .chain(group)
+                .filter(|b| touches(b))
+                .find_map(|b| b.missing(given))
+            else {
+                continue;
+            };
+            return Err(format!("missing field `{name}`"));
+        }
+        Ok(())
+    }
+
+    /// The first field this branch requires that `given` lacks.
+    fn missing(&self, given: &Given<'_>) -> Option<&String> {
+        (self.required.iter()).find(|name| !given.names.contains(name.as_str()))
+    }
+
     fn check_rest(&self, rest: Vec<&str>, given: &Given<'_>) -> Result<(), String> {
         let groups: Vec<&[Names]> = self.choices.iter().map(Vec::as_slice).collect();
         let (left, taken) = left(rest, &groups, given);
