@@ -405,3 +405,39 @@ fn mcp_tools_have_object_schemas_and_annotations_from_the_story() {
         "`destructive = false` reaches MCP"
     );
 }
+
+/// Pays out to a payee given as one field, not flattened.
+#[toolkey::tool(idempotent(key = "payto:<id>"))]
+async fn pay_to(id: String, to: catalog::PayTo) -> Result<String, toolkey::ToolError> {
+    Ok(format!("{id}:{to:?}"))
+}
+
+/// An internally tagged enum's newtype variant (`Card(CardRef)`) has its tag beside its type's
+/// `$ref`. Before, the type was closed on its own, which forbade the tag: the canonical schema
+/// refused every card, and OpenAI's strict export inlined the type without its fields. Every
+/// export now takes a card, and the tool runs it.
+#[tokio::test]
+async fn a_newtype_variants_tag_and_fields_go_together_in_every_export() {
+    let toolbox = toolkey::Toolbox::builder().tool(PayTo).build().unwrap();
+    let def = toolbox.definition("pay_to").unwrap();
+    let card = json!({"id": "p-1", "to": {"method": "card", "last4": "4242"}});
+    assert_valid(def.input_schema(), &card, "the canonical schema");
+    let openai = &def.to_openai()["function"]["parameters"];
+    assert_valid(openai, &card, "the strict schema");
+    assert_valid(
+        &def.to_anthropic()["input_schema"],
+        &card,
+        "the Anthropic schema",
+    );
+    assert_valid(&def.to_mcp()["inputSchema"], &card, "the MCP schema");
+    let bare = json!({"id": "p-1", "to": {"method": "card"}});
+    assert!(
+        !validator(openai, "the strict schema").is_valid(&bare),
+        "a card without its digits"
+    );
+    let out = toolbox
+        .call("pay_to", card, &toolkey::ToolContext::new("run-1"))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!("p-1:Card(CardRef { last4: \"4242\" })"));
+}
