@@ -284,6 +284,25 @@ impl<'a> Gen<'a> {
         if let Some(value) = schema.get("const") {
             return value.clone();
         }
+        if let (Some(parts), Some(_)) = (
+            schema.get("allOf").and_then(Value::as_array),
+            schema.get("properties"),
+        ) {
+            // An object beside several unions (two flattened enums' arguments): the object's
+            // own fields, then each part's.
+            let mut rest = schema.clone();
+            if let Value::Object(rest) = &mut rest {
+                rest.shift_remove("allOf");
+            }
+            let mut whole = self.valid_at(&rest, root, depth + 1);
+            for part in parts {
+                let chosen = self.valid_at(part, root, depth + 1);
+                if let (Value::Object(whole), Value::Object(chosen)) = (&mut whole, chosen) {
+                    whole.extend(chosen);
+                }
+            }
+            return whole;
+        }
         for keyword in ["anyOf", "oneOf"] {
             if let Some(branches) = schema.get(keyword).and_then(Value::as_array) {
                 if !branches.is_empty() {

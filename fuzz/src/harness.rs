@@ -105,16 +105,8 @@ impl Fixture {
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
                 fields.extend(properties.keys().cloned());
             }
-            // A flattened enum's branches' fields too.
-            let branches = ["oneOf", "anyOf"]
-                .iter()
-                .filter_map(|k| schema.get(*k).and_then(Value::as_array))
-                .flatten();
-            for branch in branches {
-                if let Some(properties) = branch.get("properties").and_then(Value::as_object) {
-                    fields.extend(properties.keys().cloned());
-                }
-            }
+            // A flattened enum's branches' fields too, two enums' under `allOf`.
+            branch_fields(&schema, &mut fields);
             let set_fields = schema
                 .get("properties")
                 .and_then(Value::as_object)
@@ -220,6 +212,20 @@ impl Fixture {
     pub fn call(&self, name: &str, args: Value) -> (Result<ToolOutput, ToolError>, Effects) {
         let ctx = Self::context();
         self.observe(self.toolbox.call(name, args, &ctx))
+    }
+}
+
+/// The names of the fields in the branches of `schema`'s unions, and of theirs.
+fn branch_fields(schema: &Value, fields: &mut Vec<String>) {
+    let branches = ["oneOf", "anyOf", "allOf"]
+        .iter()
+        .filter_map(|k| schema.get(*k).and_then(Value::as_array))
+        .flatten();
+    for branch in branches {
+        if let Some(properties) = branch.get("properties").and_then(Value::as_object) {
+            fields.extend(properties.keys().cloned());
+        }
+        branch_fields(branch, fields);
     }
 }
 

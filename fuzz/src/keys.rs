@@ -167,7 +167,8 @@ pub fn has_control_in_key(name: &str, args: &Value) -> bool {
     let fields: &[&str] = match name {
         "send_invoice" | "invoice_status" => &["customer", "period"],
         "ship_order" | "ship_order_status" => &["order"],
-        "pay_back" | "pay_back_status" | "tag_order" | "tag_order_status" => &["order"],
+        "pay_back" | "pay_back_status" | "tag_order" | "tag_order_status" | "pay_out"
+        | "pay_out_status" => &["order"],
         "record_visit" | "record_visit_status" => &["patient", "born"],
         _ => &[],
     };

@@ -11,6 +11,7 @@
 //! | `set_plan` | `natural` | an enum argument |
 //! | `pay_back` | keyed, status `pay_back_status` | a flattened internally tagged enum |
 //! | `tag_order` | keyed, status `tag_order_status` | a flattened map: any other name is a tag |
+//! | `pay_out` | keyed, status `pay_out_status` | two flattened enums, one with a newtype variant |
 //!
 //! Every body writes one line to the [`Ledger`], the fake outside system: the effects a target
 //! counts.
@@ -280,6 +281,52 @@ async fn tag_order(
     Ok(tags.len())
 }
 
+/// A card, by the digits on the receipt.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CardRef {
+    /// The card's last four digits.
+    last4: String,
+}
+
+/// Where a payout goes: a newtype variant's fields are its type's.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum PayoutTo {
+    /// To a card.
+    Card(CardRef),
+    /// To a bank account.
+    Bank {
+        /// The account's IBAN.
+        iban: String,
+    },
+}
+
+/// How fast a payout goes.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "speed", rename_all = "snake_case")]
+pub enum Speed {
+    /// Within minutes, for a fee.
+    Instant {
+        /// The fee in cents.
+        fee: u16,
+    },
+    /// Within days.
+    Standard,
+}
+
+/// Pays money out: two flattened enums side by side.
+#[tool(idempotent(key = "payout:<order>", status = "pay_out_status"))]
+async fn pay_out(
+    ledger: State<Ledger>,
+    /// The order paid out.
+    order: String,
+    #[serde(flatten)] to: PayoutTo,
+    #[serde(flatten)] speed: Speed,
+) -> Result<Value, ToolError> {
+    let n = ledger.record("pay_out");
+    Ok(json!({"payout": n, "order": order, "to": to, "speed": speed}))
+}
+
 /// The toolbox every target calls: all the tools above, over `store`, with `ledger` as their
 /// outside system.
 pub fn toolbox(
@@ -298,6 +345,7 @@ pub fn toolbox(
         .tool(SetPlan)
         .tool(PayBack)
         .tool(TagOrder)
+        .tool(PayOut)
         .build()
         .expect("the fuzz toolbox is well formed")
 }
