@@ -290,8 +290,9 @@ pub(crate) struct Lifted {
 
 /// Lifts the branches of `schema`'s unions, and of theirs, into one object schema: their
 /// properties united, required only what every branch requires (everything, for `allOf`). A
-/// `$ref` is followed in `whole`'s definitions and read as a branch of `allOf`. The model is told less than
-/// the unions say; the tool's own argument parsing still refuses what no branch allows.
+/// `$ref` is followed in `whole`'s definitions and read as a branch of `allOf`. The model is
+/// told less than the unions say; the tool's own argument parsing still refuses what no branch
+/// allows.
 pub(crate) fn lift(schema: &Value, whole: &Value) -> Lifted {
     lift_below(schema, whole, &mut Vec::new())
 }
