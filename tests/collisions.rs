@@ -2098,15 +2098,13 @@ async fn cut(
 }
 
 /// Found in review: the names were checked against any branch, so a tag naming one branch
-/// beside another branch's field ran as the tag's branch, the field dropped in silence; and
-/// an untagged enum's first branch took the fields of a later one.
+/// beside another branch's field ran as the tag's branch, the field dropped in silence.
 #[tokio::test]
 async fn the_branch_serde_reads_must_take_every_field_given() {
     let out = Arc::new(Outside::default());
     let tb = Toolbox::builder()
         .shared_state(out.clone())
         .tool(HandOver)
-        .tool(Cut)
         .build()
         .unwrap();
     let pickup = json!({"order": "o-1", "kind": "pickup", "address": "Main St 1"});
@@ -2122,17 +2120,55 @@ async fn the_branch_serde_reads_must_take_every_field_given() {
     tb.call("hand_over", pickup, &ctx()).await.unwrap();
     assert_eq!(out.count("handover:o-1:Deliver"), 1);
     assert_eq!(out.count("handover:o-2:Pickup"), 1);
-
-    let err = refused(&tb, "cut", json!({"order": "o-3", "w": 3, "h": 5})).await;
-    assert!(
-        err.message().contains("field `h` does not go with"),
-        "{err:?}"
-    );
-    tb.call("cut", json!({"order": "o-3", "w": 3}), &ctx())
-        .await
-        .unwrap();
-    assert_eq!(out.count("cut:"), 1);
     assert_eq!(out.count("handover:"), 2);
+}
+
+/// A quantity: serde reads an untagged enum's first branch that parses, types included.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum Quantity {
+    Count { n: u32, unit: String },
+    Measure { n: f64 },
+}
+
+#[tool(idempotent(key = "weigh:<order>"))]
+async fn weigh(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] quantity: Quantity,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "w-{}",
+        out.act(format!("weigh:{order}:{quantity:?}"))
+    ))
+}
+
+/// Found in review: serde reads an untagged enum's first branch that *parses*. `{"n": 2.0,
+/// "unit": "kg"}`, a count of 2 kg by the schema (JSON Schema's integers take `2.0`), ran as a
+/// measure of 2, the unit dropped in silence; `{"w": 3, "h": 5}` would have been refused, though
+/// the schema offers it. The names given cannot tell which branch serde reads: such a toolbox
+/// does not build, and says to give the enum a tag. A flattened `Option`'s branch (`{}`) and an
+/// externally tagged enum (one field of its own per branch) are no untagged enums.
+#[test]
+fn a_flattened_untagged_enum_does_not_build() {
+    for (tool, fields) in [
+        (Toolbox::builder().tool(Weigh), vec!["n", "unit"]),
+        (Toolbox::builder().tool(Cut), vec!["w", "h"]),
+    ] {
+        let err = tool.state(Outside::default()).build().err().unwrap();
+        let toolkey::BuildError::UntaggedFlattenedEnum { fields: found, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(found, &fields, "{err}");
+        assert!(err.to_string().contains("give the enum a tag"), "{err}");
+    }
+    Toolbox::builder()
+        .state(Outside::default())
+        .tool(HandOver)
+        .tool(RefundMaybe)
+        .tool(PayOutMaybe)
+        .build()
+        .expect("tagged enums and flattened options build");
 }
 
 /// A payee whose bank branch has a field named like a parameter of `wire`.
@@ -2302,4 +2338,121 @@ async fn fields_of_a_flattened_option_are_read_whole_or_refused() {
         *out.effects.lock().unwrap(),
         ["o-1:card-4242", "o-2:none", "o-3:EUR:bank-DE02"]
     );
+}
+
+/// How a charge is paid: a card, or any other provider with fields of its own.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+enum Channel {
+    Card {
+        last4: String,
+    },
+    Other {
+        #[serde(flatten)]
+        fields: std::collections::BTreeMap<String, String>,
+    },
+}
+
+#[tool(idempotent(key = "channel:<order>", status = "charge_via_status"))]
+async fn charge_via(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] via: Channel,
+) -> Result<String, ToolError> {
+    Ok(format!("cv-{}", out.act(format!("{order}:{via:?}"))))
+}
+
+/// Found in review: a variant that takes any other field (a flattened map inside it) ran
+/// `{"method": "other", "provider": "klarna"}`, but the lifted exports were closed, so a model
+/// following them could not send `provider`, and the status companion refused the call's own
+/// arguments. The one object now takes other fields as the variant does.
+#[tokio::test]
+async fn a_branch_open_to_any_field_is_offered_and_asked_about() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ChargeVia)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "method": "other", "provider": "klarna"});
+    tb.call("charge_via", args.clone(), &ctx()).await.unwrap();
+    let def = tb.definition("charge_via").unwrap();
+    for (what, schema) in [
+        ("openai", def.to_openai()["function"]["parameters"].clone()),
+        ("responses", def.to_openai_responses()["parameters"].clone()),
+        ("anthropic", def.to_anthropic()["input_schema"].clone()),
+    ] {
+        assert_eq!(
+            schema["additionalProperties"],
+            json!({"type": "string"}),
+            "{what}: {schema:#}"
+        );
+    }
+    assert_eq!(def.to_openai()["function"]["strict"], false);
+    let status = tb.call("charge_via_status", args, &ctx()).await.unwrap();
+    assert_eq!(status.value["status"], "completed", "{status:?}");
+    assert!(status.value.get("note").is_none(), "{status:?}");
+    let other = json!({"order": "o-1", "method": "other", "provider": "adyen"});
+    let err = refused(&tb, "charge_via", other).await;
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert_eq!(
+        *out.effects.lock().unwrap(),
+        [r#"o-1:Other { fields: {"provider": "klarna"} }"#]
+    );
+}
+
+/// Labels beside where a refund goes, inside a flattened struct: out of the macro's sight.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Meta {
+    source: String,
+    #[serde(flatten)]
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+#[tool(idempotent(key = "labelled:<order>"))]
+async fn labelled_refund(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] to: Payee,
+    #[serde(flatten)] meta: Meta,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "l-{}",
+        out.act(format!("{order}:{}:{:?}", meta.source, meta.labels))
+    ))
+}
+
+/// Labels behind a type alias: out of the macro's sight too.
+type Labels = std::collections::BTreeMap<String, String>;
+
+#[tool(idempotent(key = "aliased:<order>"))]
+async fn aliased_labels(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] to: Payee,
+    #[serde(flatten)] labels: Labels,
+) -> Result<String, ToolError> {
+    let _ = to;
+    Ok(format!("a-{}", out.act(format!("{order}:{labels:?}"))))
+}
+
+/// Found in review: serde gives a flattened map the fields of a flattened enum beside it (the
+/// enum does not take them away), so a refund with no labels ran with the labels `method` and
+/// `last4`. The macro refuses a map beside another flattened parameter it can see; one inside a
+/// flattened struct or behind a type alias is refused when the toolbox builds.
+#[test]
+fn a_map_beside_a_flattened_enum_out_of_the_macros_sight_does_not_build() {
+    for (builder, tool) in [
+        (Toolbox::builder().tool(LabelledRefund), "labelled_refund"),
+        (Toolbox::builder().tool(AliasedLabels), "aliased_labels"),
+    ] {
+        let err = builder.state(Outside::default()).build().err().unwrap();
+        assert_eq!(
+            err,
+            toolkey::BuildError::MapBesideFlattenedEnum(tool.into())
+        );
+        assert!(err
+            .to_string()
+            .contains("take the map as a field of its own"));
+    }
 }

@@ -702,3 +702,113 @@ async fn a_step_key_without_a_step_is_refused_before_anything_runs() {
     assert_eq!(parsed(&reply["content"])["id"], "re_1");
     assert_eq!(refunds.count(), 1);
 }
+
+/// The fake outside system of the strict-null tools below: every effect, named.
+#[derive(Default)]
+struct Sent(std::sync::Mutex<Vec<String>>);
+
+impl Sent {
+    fn send(&self, what: String) -> usize {
+        let mut sent = self.0.lock().unwrap();
+        sent.push(what);
+        sent.len()
+    }
+}
+
+/// A card's details; its network has a default, so strict mode offers it as `null`.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct CardDetails {
+    last4: String,
+    #[serde(default)]
+    network: String,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case")]
+enum Method {
+    Card { card: CardDetails },
+    Bank { iban: String },
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "speed", rename_all = "snake_case")]
+enum Pace {
+    Instant { fee: u32 },
+    Standard,
+}
+
+#[toolkey::tool(idempotent(key = "pay:<order>"))]
+async fn pay(
+    sent: toolkey::State<Sent>,
+    order: String,
+    #[serde(flatten)] method: Method,
+    #[serde(flatten)] pace: Pace,
+) -> Result<usize, toolkey::ToolError> {
+    Ok(sent.send(format!("{order}:{method:?}:{pace:?}")))
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Dims {
+    w: u32,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Crate {
+    w: u32,
+    #[serde(default)]
+    stackable: bool,
+}
+
+/// Two branches with an object field of one name and different shapes.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(tag = "by", rename_all = "snake_case")]
+enum Freight {
+    Air { parcel: Dims },
+    Sea { parcel: Crate },
+}
+
+#[toolkey::tool(idempotent(key = "freight:<order>"))]
+async fn send_freight(
+    sent: toolkey::State<Sent>,
+    order: String,
+    #[serde(flatten)] how: Freight,
+) -> Result<usize, toolkey::ToolError> {
+    Ok(sent.send(format!("{order}:{how:?}")))
+}
+
+/// Found in review: strict mode offers a defaulted field inside a branch's object as `null`, and
+/// the call a strict model then makes was refused ("invalid type: null"). Beside a second
+/// flattened enum the branch was never found (its keys are not all the branch's); of two
+/// branches with a field of one name, the first was taken whatever the tag said. The branch
+/// whose tags agree with the call's, and whose fields cover the call's fields of that union,
+/// now guides the nulls: both calls run, once each.
+#[tokio::test]
+async fn strict_nulls_inside_a_branchs_object_are_not_given() {
+    let sent = Arc::new(Sent::default());
+    let tb = Toolbox::builder()
+        .shared_state(sent.clone())
+        .tool(Pay)
+        .tool(SendFreight)
+        .build()
+        .unwrap();
+    for name in ["pay", "send_freight"] {
+        let exported = tb.definition(name).unwrap().to_openai();
+        assert_eq!(exported["function"]["strict"], true, "{exported:#}");
+    }
+    let pay = json!({
+        "order": "o-1", "method": "card", "card": {"last4": "4242", "network": null},
+        "iban": null, "speed": "standard", "fee": null
+    });
+    let sea = json!({"order": "o-2", "by": "sea", "parcel": {"w": 3, "stackable": null}});
+    for (name, args) in [("pay", pay), ("send_freight", sea)] {
+        let reply = openai::handle_tool_call(&tb, &chat_call(name, name, &args), &ctx()).await;
+        assert!(parsed(&reply["content"]).is_number(), "{reply}");
+    }
+    assert_eq!(
+        *sent.0.lock().unwrap(),
+        [
+            "o-1:Card { card: CardDetails { last4: \"4242\", network: \"\" } }:Standard",
+            "o-2:Sea { parcel: Crate { w: 3, stackable: false } }"
+        ]
+    );
+}

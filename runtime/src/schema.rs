@@ -60,7 +60,9 @@ pub fn status_schema_for_flattened<T: schemars::JsonSchema>() -> Value {
         root.insert("properties".into(), Value::Object(lifted.properties));
         root.shift_remove("unevaluatedProperties");
         if !root.contains_key("additionalProperties") && !root.contains_key("patternProperties") {
-            root.insert("additionalProperties".into(), Value::Bool(false));
+            // Closed, unless a branch takes other fields (a flattened map in a variant).
+            let other = lifted.open.unwrap_or(Value::Bool(false));
+            root.insert("additionalProperties".into(), other);
         }
     }
     schema

@@ -406,6 +406,37 @@ impl ToolDefinition {
         })
     }
 
+    /// The fields of a flattened enum without a tag (`#[serde(untagged)]`), if the arguments
+    /// have one: serde reads the first of its branches that parses, whatever fields the call
+    /// gave, and drops the fields that branch does not take.
+    pub(crate) fn untagged_flattened(&self) -> Option<Vec<String>> {
+        untagged_union(&self.input_schema, &self.input_schema, &mut Vec::new())
+    }
+
+    /// True when the arguments take any other field (a flattened map's entries) beside a
+    /// flattened enum: serde gives the map the enum's fields too. The macro refuses a map
+    /// beside another flattened parameter; inside a flattened struct, or behind a type alias,
+    /// only the schema shows it.
+    pub(crate) fn map_beside_flattened_enum(&self) -> bool {
+        let Some(root) = self.input_schema.as_object() else {
+            return false;
+        };
+        let other = [
+            "additionalProperties",
+            "unevaluatedProperties",
+            "patternProperties",
+        ];
+        let open = (other.iter()).any(|k| root.get(*k).is_some_and(|v| v != &Value::Bool(false)));
+        let parts = root.get("allOf").and_then(Value::as_array);
+        let union = |map: &serde_json::Map<String, Value>| {
+            map.contains_key("anyOf") || map.contains_key("oneOf")
+        };
+        open && (union(root)
+            || (parts.into_iter().flatten())
+                .filter_map(Value::as_object)
+                .any(union))
+    }
+
     /// Declares that the tool needs `State<T>` from the toolbox.
     pub fn with_need(mut self, need: StateNeed) -> Self {
         self.needs.push(need);
@@ -625,4 +656,75 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     fn status_companion(&self) -> Option<StatusCompanion> {
         (**self).status_companion()
     }
+}
+
+/// The field names of the first union at or below `schema` (through `allOf`, unions and
+/// `$ref`s, not properties) whose branches no tag tells apart: neither a `const` field in each
+/// (an internally or adjacently tagged enum) nor one field of its own each (an externally
+/// tagged one). A branch that takes no field (`{}`, beside a flattened `Option`'s) is none.
+fn untagged_union<'a>(
+    schema: &'a Value,
+    whole: &'a Value,
+    path: &mut Vec<&'a str>,
+) -> Option<Vec<String>> {
+    let map = schema.as_object()?;
+    if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+        if path.contains(&reference) {
+            return None;
+        }
+        let target = crate::export::resolve(schema, whole)?;
+        path.push(reference);
+        let found = (["allOf", "anyOf", "oneOf"].iter())
+            .filter_map(|keyword| target.get(*keyword)?.as_array())
+            .flatten()
+            .find_map(|branch| untagged_union(branch, whole, path));
+        path.pop();
+        if found.is_some() {
+            return found;
+        }
+    }
+    for branch in map
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(found) = untagged_union(branch, whole, path) {
+            return Some(found);
+        }
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = map.get(keyword) else {
+            continue;
+        };
+        let lifted: Vec<crate::export::Lifted> = (branches.iter())
+            .map(|branch| crate::export::lift(branch, whole))
+            .filter(|lifted| !lifted.properties.is_empty())
+            .collect();
+        let tagged = lifted
+            .iter()
+            .all(|branch| branch.properties.values().any(|p| p.get("const").is_some()));
+        let mut own: Vec<&String> = Vec::new();
+        let keyed = lifted.iter().all(|branch| {
+            let only = branch.properties.keys().next();
+            let new = only.is_some_and(|name| !own.contains(&name));
+            own.extend(only);
+            branch.properties.len() == 1 && new
+        });
+        if lifted.len() > 1 && !tagged && !keyed {
+            let mut names: Vec<String> = Vec::new();
+            for name in lifted.iter().flat_map(|branch| branch.properties.keys()) {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+            return Some(names);
+        }
+        for branch in branches {
+            if let Some(found) = untagged_union(branch, whole, path) {
+                return Some(found);
+            }
+        }
+    }
+    None
 }

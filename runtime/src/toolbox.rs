@@ -61,6 +61,22 @@ pub enum BuildError {
         /// The parameter that takes it, as the arguments' JSON names it.
         parameter: String,
     },
+    /// A flattened enum without a tag (`#[serde(untagged)]`): serde reads the first branch whose
+    /// fields parse and drops the fields it does not take, so a call could run as another
+    /// branch than the one its fields describe (`{"n": 2.0, "unit": "kg"}` as a measure of 2,
+    /// the unit dropped, where a count of 2 kg was meant), and no check of names can see it.
+    #[error("tool `{tool}`: a flattened enum has no tag (its branches' fields: {}): serde reads the first branch whose fields parse and drops the fields that branch does not take; give the enum a tag, `#[serde(tag = \"kind\")]`", fields.join(", "))]
+    UntaggedFlattenedEnum {
+        /// The tool.
+        tool: String,
+        /// The fields of the enum's branches.
+        fields: Vec<String>,
+    },
+    /// A flattened map beside a flattened enum, inside a flattened struct or behind a type
+    /// alias (the macro refuses one it can see): serde gives the map the enum's fields too, so
+    /// its entries would not be the ones the call gave.
+    #[error("tool `{0}`: a flattened map sits beside a flattened enum: serde gives the map the enum's fields too, so its entries would not be the ones given; take the map as a field of its own")]
+    MapBesideFlattenedEnum(String),
     /// Two tools' key templates can build one key from different values (`order:<id>` builds
     /// `order:o-1:line:2` for the id `o-1:line:2`, as `order:<id>:line:<line>` does for `o-1`
     /// and `2`): a call of one would be refused as the other's `CONFLICT`, or replayed its
@@ -304,6 +320,15 @@ impl ToolboxBuilder {
             }
             if let Some(limit) = settings.concurrency {
                 slots.push((definition.name.clone(), limit));
+            }
+            if let Some(fields) = definition.untagged_flattened() {
+                return Err(BuildError::UntaggedFlattenedEnum {
+                    tool: definition.name.clone(),
+                    fields,
+                });
+            }
+            if definition.map_beside_flattened_enum() {
+                return Err(BuildError::MapBesideFlattenedEnum(definition.name.clone()));
             }
             if let Some((field, parameter)) = definition.shadowed_field() {
                 return Err(BuildError::ShadowedField {

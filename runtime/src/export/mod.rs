@@ -257,8 +257,10 @@ pub(crate) fn without_top_level_unions(canonical: &Value) -> Value {
     };
     root.shift_remove("$schema");
     let unions = ["allOf", "anyOf", "oneOf"];
+    let mut lifted_open = None;
     if !merge_all_of(root) || unions.iter().any(|k| root.contains_key(*k)) {
         let lifted = lift(&Value::Object(root.clone()), canonical);
+        lifted_open = lifted.open;
         for keyword in unions.iter().chain(&["properties"]) {
             root.shift_remove(*keyword);
         }
@@ -270,6 +272,11 @@ pub(crate) fn without_top_level_unions(canonical: &Value) -> Value {
         }
     }
     root.entry("type").or_insert_with(|| json!("object"));
+    if let (Some(open), false) = (lifted_open, root.contains_key("additionalProperties")) {
+        // A branch takes other fields (a flattened map in a variant): so does the one object.
+        root.shift_remove("unevaluatedProperties");
+        root.insert("additionalProperties".into(), open);
+    }
     // Every property is now the root's own: closed at the root is closed.
     if root.get("unevaluatedProperties") == Some(&Value::Bool(false))
         && !root.contains_key("additionalProperties")
@@ -286,6 +293,9 @@ pub(crate) struct Lifted {
     pub(crate) properties: Object,
     /// The names it requires whichever branch is taken.
     pub(crate) required: Vec<Value>,
+    /// What other fields may hold, where it or a branch takes fields beside its properties (a
+    /// flattened map's entries, in a variant or not): the first such schema found.
+    pub(crate) open: Option<Value>,
 }
 
 /// Lifts the branches of `schema`'s unions, and of theirs, into one object schema: their
@@ -303,6 +313,7 @@ fn lift_below<'a>(schema: &'a Value, whole: &'a Value, path: &mut Vec<&'a str>) 
     let mut lifted = Lifted {
         properties: Object::new(),
         required: Vec::new(),
+        open: None,
     };
     let Some(map) = schema.as_object() else {
         return lifted;
@@ -310,6 +321,11 @@ fn lift_below<'a>(schema: &'a Value, whole: &'a Value, path: &mut Vec<&'a str>) 
     if let Some(Value::Object(own)) = map.get("properties") {
         lifted.properties = own.clone();
     }
+    lifted.open = ["additionalProperties", "unevaluatedProperties"]
+        .iter()
+        .filter_map(|keyword| map.get(*keyword))
+        .find(|other| *other != &Value::Bool(false))
+        .cloned();
     let require = |required: &mut Vec<Value>, names: Vec<Value>| {
         for name in names {
             if !required.contains(&name) {
@@ -328,6 +344,9 @@ fn lift_below<'a>(schema: &'a Value, whole: &'a Value, path: &mut Vec<&'a str>) 
         let inner = lift_below(branch, whole, path);
         for (name, schema) in &inner.properties {
             unite_property(&mut lifted.properties, name, schema);
+        }
+        if lifted.open.is_none() {
+            lifted.open = inner.open;
         }
         inner.required
     };

@@ -297,6 +297,43 @@ pub(crate) fn drop_optional_nulls(arguments: &mut Value, canonical: &Value) {
     drop_nulls(arguments, canonical, canonical, 0);
 }
 
+/// True when `branch` of the union `list` describes `object`: its tags (`const`) agree with
+/// the object's, and its properties cover the object's keys that any branch of the union has.
+fn describes(
+    branch: &Value,
+    list: &[Value],
+    object: &serde_json::Map<String, Value>,
+    root: &Value,
+) -> bool {
+    let Some(mine) = properties_of(branch, root) else {
+        return false;
+    };
+    let agree = mine
+        .iter()
+        .all(|(name, p)| match (p.get("const"), object.get(name)) {
+            (Some(tag), Some(given)) => tag == given,
+            _ => true,
+        });
+    let in_union = |k: &String| {
+        list.iter()
+            .filter_map(|b| properties_of(b, root))
+            .any(|p| p.contains_key(k))
+    };
+    agree
+        && object
+            .keys()
+            .filter(|k| in_union(k))
+            .all(|k| mine.contains_key(k))
+}
+
+/// The properties of `branch`, through `$ref`s.
+fn properties_of<'a>(
+    branch: &'a Value,
+    root: &'a Value,
+) -> Option<&'a serde_json::Map<String, Value>> {
+    resolve(branch, root)?.get("properties")?.as_object()
+}
+
 fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
     const MAX_DEPTH: usize = 64;
     let Some(schema) = resolve(schema, root) else {
@@ -334,30 +371,18 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
                 });
             }
             // The branches that describe this object: every `allOf` one, and the first
-            // `anyOf`/`oneOf` one whose properties cover the object's keys.
-            let keys: Vec<&String> = object.keys().collect();
-            // The object's own properties count as covered: a flattened enum's branch has
-            // only its own fields.
-            let covers = |branch: &&Value| {
-                resolve(branch, root)
-                    .and_then(|b| b.get("properties"))
-                    .and_then(Value::as_object)
-                    .is_some_and(|props| {
-                        keys.iter().all(|k| {
-                            props.contains_key(*k) || own.is_some_and(|own| own.contains_key(*k))
-                        })
-                    })
-            };
+            // `anyOf`/`oneOf` one whose tags (`const`) agree with the object's and whose
+            // properties cover the object's keys that any branch of the union has (the others
+            // are the object's own, or another union's, beside a second flattened enum).
+            let object = &*object;
             let mut branches: Vec<&Value> = Vec::new();
             for keyword in ["allOf", "anyOf", "oneOf"] {
-                let mut list = schema
-                    .get(keyword)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten();
+                let Some(list) = schema.get(keyword).and_then(Value::as_array) else {
+                    continue;
+                };
                 match keyword {
                     "allOf" => branches.extend(list),
-                    _ => branches.extend(list.find(covers)),
+                    _ => branches.extend(list.iter().find(|b| describes(b, list, object, root))),
                 }
             }
             for branch in branches {

@@ -84,7 +84,11 @@ impl Names {
                 .map(str::to_string);
             self.required.extend(required);
         }
-        for keyword in ["additionalProperties", "patternProperties"] {
+        for keyword in [
+            "additionalProperties",
+            "patternProperties",
+            "unevaluatedProperties",
+        ] {
             if map.get(keyword).is_some_and(|v| v != &Value::Bool(false)) {
                 self.open = true;
             }
