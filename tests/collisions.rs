@@ -2416,6 +2416,7 @@ async fn labelled_refund(
     #[serde(flatten)] to: Payee,
     #[serde(flatten)] meta: Meta,
 ) -> Result<String, ToolError> {
+    let _ = to;
     Ok(format!(
         "l-{}",
         out.act(format!("{order}:{}:{:?}", meta.source, meta.labels))
