@@ -2172,7 +2172,7 @@ fn a_flattened_untagged_enum_does_not_build() {
 }
 
 /// A payee whose bank branch has a field named like a parameter of `wire`.
-#[derive(serde::Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, serde::Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(tag = "method", rename_all = "snake_case")]
 enum Payee {
     Card {
@@ -2456,4 +2456,110 @@ fn a_map_beside_a_flattened_enum_out_of_the_macros_sight_does_not_build() {
             .to_string()
             .contains("take the map as a field of its own"));
     }
+}
+
+/// A shipment's extras, one of them named like a parameter of `ship_with_note`.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Extras {
+    note: Option<String>,
+    gift: bool,
+}
+
+#[tool(idempotent(key = "ship-note:<order>"))]
+async fn ship_with_note(
+    out: State<Outside>,
+    order: String,
+    note: String,
+    #[serde(flatten)] extras: Extras,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "s-{}",
+        out.act(format!("{order}:{note}:{extras:?}"))
+    ))
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Sender {
+    name: String,
+    city: String,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Receiver {
+    name: String,
+    zip: String,
+}
+
+#[tool(idempotent(key = "send-letter:<id>"))]
+async fn send_letter(
+    out: State<Outside>,
+    id: String,
+    #[serde(flatten)] from: Sender,
+    #[serde(flatten)] to: Receiver,
+) -> Result<String, ToolError> {
+    Ok(format!("l-{}", out.act(format!("{id}:{from:?}:{to:?}"))))
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Holder {
+    holder: String,
+}
+
+#[tool(idempotent(key = "hold:<order>"))]
+async fn hold_first(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] who: Holder,
+    #[serde(flatten)] to: Payee,
+) -> Result<String, ToolError> {
+    Ok(format!("h-{}", out.act(format!("{order}:{who:?}:{to:?}"))))
+}
+
+#[tool(idempotent(key = "hold-after:<order>"))]
+async fn hold_after(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] to: Payee,
+    #[serde(flatten)] who: Holder,
+) -> Result<String, ToolError> {
+    Ok(format!("h-{}", out.act(format!("{order}:{who:?}:{to:?}"))))
+}
+
+/// Found in review: serde reads a tool's own parameters first, then each flattened one in
+/// order, and a flattened struct takes its fields away from those after it (an enum or a map
+/// takes nothing away). A field a flattened struct shares with an own parameter (lost: the
+/// extras' `note` was `None`) or with a flattened parameter after it (every call refused
+/// "missing field `name`", though `name` was sent) does not build; and an enum before a struct
+/// that shares a field, which serde gives both, now builds, where it was refused.
+#[tokio::test]
+async fn which_parameter_serde_gives_a_shared_field_decides_whether_a_toolbox_builds() {
+    for (builder, field, parameter) in [
+        (Toolbox::builder().tool(ShipWithNote), "note", "note"),
+        (Toolbox::builder().tool(SendLetter), "name", "from"),
+        (Toolbox::builder().tool(HoldFirst), "holder", "who"),
+        (Toolbox::builder().tool(Wire), "holder", "holder"),
+    ] {
+        let err = builder.state(Outside::default()).build().err().unwrap();
+        let toolkey::BuildError::ShadowedField {
+            field: f,
+            parameter: p,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!((f.as_str(), p.as_str()), (field, parameter), "{err}");
+    }
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(HoldAfter)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "holder": "Ada", "method": "bank", "iban": "DE02"});
+    tb.call("hold_after", args, &ctx()).await.unwrap();
+    assert_eq!(
+        *out.effects.lock().unwrap(),
+        [r#"o-1:Holder { holder: "Ada" }:Bank { iban: "DE02", holder: Some("Ada") }"#]
+    );
 }

@@ -239,6 +239,23 @@ pub struct ToolDefinition {
     renamed_arguments: Vec<(String, String)>,
     /// Other names the arguments' JSON may give an argument: (its JSON name, an alias).
     argument_aliases: Vec<(String, String)>,
+    /// The parameters, in the order serde reads them, when one is `#[serde(flatten)]`.
+    parameters: Vec<Parameter>,
+}
+
+/// A parameter of a tool with a `#[serde(flatten)]` one, as the macro declares it.
+#[derive(Clone, Debug)]
+enum Parameter {
+    /// A field of its own, by its JSON name.
+    Own(String),
+    /// A flattened parameter: its name, the fields a struct reads by name (none for an enum, a
+    /// map, or a struct that flattens a field of its own: serde leaves those fields to the
+    /// parameters after it), and its schema.
+    Flattened {
+        name: String,
+        takes: &'static [&'static str],
+        schema: fn() -> Value,
+    },
 }
 
 impl ToolDefinition {
@@ -266,7 +283,33 @@ impl ToolDefinition {
             case_insensitive_arguments: Vec::new(),
             renamed_arguments: Vec::new(),
             argument_aliases: Vec::new(),
+            parameters: Vec::new(),
         }
+    }
+
+    /// Declares a parameter of its own, by its JSON name, beside a `#[serde(flatten)]` one:
+    /// in the order the arguments type declares them. Generated code calls it.
+    #[doc(hidden)]
+    pub fn with_own_parameter(mut self, name: impl Into<String>) -> Self {
+        self.parameters.push(Parameter::Own(name.into()));
+        self
+    }
+
+    /// Declares a `#[serde(flatten)]` parameter: the fields its struct reads by name
+    /// ([`struct_fields`](crate::struct_fields)), and its schema. Generated code calls it.
+    #[doc(hidden)]
+    pub fn with_flattened_parameter(
+        mut self,
+        name: impl Into<String>,
+        takes: &'static [&'static str],
+        schema: fn() -> Value,
+    ) -> Self {
+        self.parameters.push(Parameter::Flattened {
+            name: name.into(),
+            takes,
+            schema,
+        });
+        self
     }
 
     /// Sets a human-readable title.
@@ -384,26 +427,39 @@ impl ToolDefinition {
         )
     }
 
-    /// A field of a flattened enum (a union at the schema's root) that one of the tool's own
-    /// parameters takes by its name or an alias: (that name, the parameter's JSON name).
+    /// A field of a flattened parameter that serde gives to another parameter first: (that
+    /// name, the parameter that takes it). serde reads the parameters of their own first, then
+    /// the flattened ones in order; a flattened struct takes its fields away from those after
+    /// it, an enum or a map takes nothing away.
     pub(crate) fn shadowed_field(&self) -> Option<(String, String)> {
-        let root = self.input_schema.as_object()?;
-        let unions: serde_json::Map<String, Value> = root
-            .iter()
-            .filter(|(keyword, _)| ["allOf", "anyOf", "oneOf"].contains(&keyword.as_str()))
-            .map(|(keyword, branches)| (keyword.clone(), branches.clone()))
-            .collect();
-        if unions.is_empty() {
-            return None;
+        let fields_of = |schema: fn() -> Value| {
+            let schema = schema();
+            let lifted = crate::export::lift(&schema, &schema);
+            lifted.properties.keys().cloned().collect::<Vec<String>>()
+        };
+        let mut taken: Vec<(String, String)> = Vec::new();
+        for parameter in &self.parameters {
+            if let Parameter::Own(name) = parameter {
+                taken.extend(self.names_of(name).map(|n| (n.to_string(), name.clone())));
+            }
         }
-        let branches = crate::export::lift(&Value::Object(unions), &self.input_schema);
-        let own = root.get("properties")?.as_object()?;
-        own.keys().find_map(|parameter| {
-            let field = self
-                .names_of(parameter)
-                .find(|name| branches.properties.contains_key(*name))?;
-            Some((field.to_string(), parameter.clone()))
-        })
+        for parameter in &self.parameters {
+            let Parameter::Flattened {
+                name,
+                takes,
+                schema,
+            } = parameter
+            else {
+                continue;
+            };
+            let mut fields = fields_of(*schema);
+            fields.extend(takes.iter().map(|f| f.to_string()));
+            if let Some((field, by)) = taken.iter().find(|(n, _)| fields.contains(n)) {
+                return Some((field.clone(), by.clone()));
+            }
+            taken.extend(takes.iter().map(|f| (f.to_string(), name.clone())));
+        }
+        None
     }
 
     /// The fields of a flattened enum without a tag (`#[serde(untagged)]`), if the arguments

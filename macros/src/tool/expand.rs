@@ -164,6 +164,20 @@ pub fn expand(tool: &Tool) -> TokenStream {
             .into_iter()
             .map(move |alias| quote!(.with_argument_alias(#json, #alias)))
     });
+    // Beside a flattened parameter, the order serde reads them in: the toolbox refuses a field
+    // one parameter would take from another.
+    let parameters = tool.model_params().filter(|_| flattened).map(|p| {
+        let (json, ty) = (p.json_name(), &p.ty);
+        if p.serde_flatten() {
+            quote!(.with_flattened_parameter(
+                #json,
+                #tk::struct_fields::<#ty>(),
+                #tk::schema_for::<#ty>,
+            ))
+        } else {
+            quote!(.with_own_parameter(#json))
+        }
+    });
 
     let states: Vec<(Ident, &syn::Type)> = tool
         .params
@@ -452,6 +466,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         #(#case_insensitive)*
                         #(#renamed)*
                         #(#aliases)*
+                        #(#parameters)*
                         #(#state_needs)*
                 }
 
