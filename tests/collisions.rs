@@ -2563,3 +2563,22 @@ async fn which_parameter_serde_gives_a_shared_field_decides_whether_a_toolbox_bu
         [r#"o-1:Holder { holder: "Ada" }:Bank { iban: "DE02", holder: Some("Ada") }"#]
     );
 }
+
+/// Found in review: inside a flattened field serde reports no path, so a mistyped branch field
+/// was refused without its name ("invalid type: integer `4242`, expected a string"). The one
+/// value the error names is looked for in the arguments, and its field is named.
+#[tokio::test]
+async fn a_mistyped_branch_field_is_named_in_the_refusal() {
+    let (out, tb) = pay_back_toolbox();
+    let args = json!({"order": "o-1", "cents": 5, "method": "card", "last4": 4242});
+    let err = refused(&tb, "pay_back", args).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(err.message().contains("`last4`"), "{err:?}");
+    assert!(err.suggestion().unwrap().contains("`last4`"), "{err:?}");
+    // Two fields holding the value: neither is named, as before.
+    let args = json!({"order": "o-2", "cents": 5, "method": "card", "last4": 5});
+    let err = refused(&tb, "pay_back", args).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(!err.message().contains("`cents`"), "{err:?}");
+    assert_eq!(out.count("payback:"), 0);
+}

@@ -166,8 +166,63 @@ pub fn parse_args<A: DeserializeOwned>(
             return Ok(parsed);
         }
     }
-    tracked::locate(respelled.as_ref().unwrap_or(args))
-        .map_err(|failure| invalid_arguments(tool, failure.path, failure.error, schema))
+    let read = respelled.as_ref().unwrap_or(args);
+    tracked::locate(read).map_err(|failure| {
+        // Inside a flattened field serde knows no path: the value it names does.
+        let path = match failure.path.as_str() {
+            "." if field_in(&failure.error.to_string()).is_none() => {
+                holding(read, &failure.error.to_string()).unwrap_or(failure.path)
+            }
+            _ => failure.path,
+        };
+        invalid_arguments(tool, path, failure.error, schema)
+    })
+}
+
+/// The path of the one value in `args` that serde's "invalid type: integer `4242`, expected a
+/// string" names, if one holds it and no other does.
+fn holding(args: &Map<String, Value>, error: &str) -> Option<String> {
+    let unexpected = error
+        .strip_prefix("invalid type: ")?
+        .split(", expected")
+        .next()?;
+    let mut found = Vec::new();
+    for (name, value) in args {
+        find_value(value, name.clone(), unexpected, &mut found);
+    }
+    match found.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// Adds to `found` the path of each value at or below `value` that serde writes as `text`.
+fn find_value(value: &Value, path: String, text: &str, found: &mut Vec<String>) {
+    let written = match value {
+        Value::Bool(b) => Some(format!("boolean `{b}`")),
+        Value::Number(n) if n.is_f64() => n.as_f64().map(|f| match f.fract() == 0.0 {
+            true => format!("floating point `{f:.1}`"),
+            false => format!("floating point `{f}`"),
+        }),
+        Value::Number(n) => Some(format!("integer `{n}`")),
+        Value::String(s) => Some(format!("string {s:?}")),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                find_value(item, format!("{path}[{i}]"), text, found);
+            }
+            None
+        }
+        Value::Object(map) => {
+            for (name, item) in map {
+                find_value(item, format!("{path}.{name}"), text, found);
+            }
+            None
+        }
+        Value::Null => Some("null".to_string()),
+    };
+    if written.as_deref() == Some(text) {
+        found.push(path);
+    }
 }
 
 /// The arguments, when they are an object; `null` is read as no arguments.
