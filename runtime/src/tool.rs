@@ -462,6 +462,19 @@ impl ToolDefinition {
         None
     }
 
+    /// The name of a flattened parameter whose schema takes `null`: an `Option` the macro could
+    /// not see (behind a type alias), which serde reads as `None` when its fields do not parse.
+    pub(crate) fn flattened_option(&self) -> Option<&str> {
+        self.parameters
+            .iter()
+            .find_map(|parameter| match parameter {
+                Parameter::Flattened { name, schema, .. } if takes_null(&schema()) => {
+                    Some(name.as_str())
+                }
+                _ => None,
+            })
+    }
+
     /// The fields of a flattened enum without a tag (`#[serde(untagged)]`), if the arguments
     /// have one: serde reads the first of its branches that parses, whatever fields the call
     /// gave, and drops the fields that branch does not take.
@@ -783,4 +796,19 @@ fn untagged_union<'a>(
         }
     }
     None
+}
+
+/// True when `schema` (a type's own, at its root) takes `null`: `"type": [.., "null"]`, or a
+/// union with a `{"type": "null"}` branch, as schemars writes an `Option`.
+fn takes_null(schema: &Value) -> bool {
+    let null = |ty: &Value| match ty {
+        Value::String(ty) => ty == "null",
+        Value::Array(types) => types.iter().any(|t| t == "null"),
+        _ => false,
+    };
+    schema.get("type").is_some_and(null)
+        || (["anyOf", "oneOf"].iter())
+            .filter_map(|keyword| schema.get(*keyword)?.as_array())
+            .flatten()
+            .any(|branch| branch.get("type").is_some_and(null))
 }

@@ -61,6 +61,15 @@ pub enum BuildError {
         /// The parameter that takes it, as the arguments' JSON names it.
         parameter: String,
     },
+    /// A flattened `Option` the macro could not see (behind a type alias): serde reads one whose
+    /// fields do not parse as `None`, so the fields a call gave would be dropped in silence.
+    #[error("tool `{tool}`: the flattened parameter `{parameter}` is an `Option`: serde reads it as `None` when its fields do not parse, dropping the fields given; take it unflattened, as a field of its own")]
+    FlattenedOption {
+        /// The tool.
+        tool: String,
+        /// The parameter.
+        parameter: String,
+    },
     /// A flattened enum without a tag (`#[serde(untagged)]`): serde reads the first branch whose
     /// fields parse and drops the fields it does not take, so a call could run as another
     /// branch than the one its fields describe (`{"n": 2.0, "unit": "kg"}` as a measure of 2,
@@ -320,6 +329,12 @@ impl ToolboxBuilder {
             }
             if let Some(limit) = settings.concurrency {
                 slots.push((definition.name.clone(), limit));
+            }
+            if let Some(parameter) = definition.flattened_option() {
+                return Err(BuildError::FlattenedOption {
+                    tool: definition.name.clone(),
+                    parameter: parameter.to_string(),
+                });
             }
             if let Some(fields) = definition.untagged_flattened() {
                 return Err(BuildError::UntaggedFlattenedEnum {

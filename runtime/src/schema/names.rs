@@ -188,9 +188,9 @@ impl Names {
     /// Checks, once serde has read `args`, that each branch it read fields of was given whole.
     /// serde reads a flattened `Option` whose fields do not parse as `None`: `"method": "card"`
     /// without `last4` would run with no card at all, the fields given dropped in silence. A
-    /// flattened `Option` is a compile error, but one inside a flattened struct, or behind a
-    /// type alias, is out of the macro's sight; its schema (`anyOf` of the enum and `{}`) is
-    /// not.
+    /// flattened `Option` is a compile error, and one behind a type alias does not build; one
+    /// inside a flattened struct is out of sight of both, but its schema (`anyOf` of the enum
+    /// and `{}`) is not.
     pub(super) fn check_whole(&self, args: &Map<String, Value>) -> Result<(), String> {
         self.check_whole_given(&Given {
             names: args.keys().map(String::as_str).collect(),
