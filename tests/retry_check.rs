@@ -367,6 +367,19 @@ async fn find_tag(
     Ok(payments.find(&order))
 }
 
+/// Asserts that the report held, and that the kit changed a field outside the key and got
+/// `CONFLICT`, with 1 effect.
+fn assert_other_arguments_conflict(report: &Report) {
+    report.assert_retry_safe();
+    let row = report.row(OtherArguments).unwrap();
+    assert_eq!(
+        (row.verdict, row.expected, row.observed),
+        (Pass, 1, 1),
+        "{report}"
+    );
+    assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
+}
+
 /// A flattened map's entries are fields a retry may not change: the kit changes one and expects
 /// `CONFLICT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,14 +397,7 @@ async fn a_flattened_maps_entries_are_fields_the_kit_changes() {
             .store(backend)
             .run()
             .await;
-        report.assert_retry_safe();
-        let row = report.row(OtherArguments).unwrap();
-        assert_eq!(
-            (row.verdict, row.expected, row.observed),
-            (Pass, 1, 1),
-            "{report}"
-        );
-        assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
+        assert_other_arguments_conflict(&report);
     }
 }
 
@@ -445,13 +451,6 @@ async fn two_flattened_enums_fields_are_fields_the_kit_changes() {
             .store(backend)
             .run()
             .await;
-        report.assert_retry_safe();
-        let row = report.row(OtherArguments).unwrap();
-        assert_eq!(
-            (row.verdict, row.expected, row.observed),
-            (Pass, 1, 1),
-            "{report}"
-        );
-        assert_eq!(row.answer, "ok, then CONFLICT", "{report}");
+        assert_other_arguments_conflict(&report);
     }
 }

@@ -101,27 +101,13 @@ pub fn parse_flattened_args<A: DeserializeOwned>(
     let names = flattened
         .names
         .get_or_init(|| names::Names::of(&(flattened.schema)(), &(flattened.extra)()));
-    if let Err(problem) = names.check_args(object) {
+    let refusal = |problem: String| {
         let field = field_in(&problem);
-        return Err(texts::invalid_arguments(
-            tool,
-            ".",
-            &problem,
-            field.as_deref(),
-            None,
-        ));
-    }
+        texts::invalid_arguments(tool, ".", &problem, field.as_deref(), None)
+    };
+    names.check_args(object).map_err(refusal)?;
     let parsed = parse_args(tool, args, flattened.schema)?;
-    if let Err(problem) = names.check_whole(object) {
-        let field = field_in(&problem);
-        return Err(texts::invalid_arguments(
-            tool,
-            ".",
-            &problem,
-            field.as_deref(),
-            None,
-        ));
-    }
+    names.check_whole(object).map_err(refusal)?;
     Ok(parsed)
 }
 
