@@ -2466,25 +2466,126 @@ async fn aliased_labels(
     Ok(format!("a-{}", out.act(format!("{order}:{labels:?}"))))
 }
 
-/// Found in review: serde gives a flattened map the fields of a flattened enum beside it (the
-/// enum does not take them away), so a refund with no labels ran with the labels `method` and
-/// `last4`. The macro refuses a map beside another flattened parameter it can see; one inside a
-/// flattened struct or behind a type alias is refused when the toolbox builds.
-#[test]
-fn a_map_beside_a_flattened_enum_out_of_the_macros_sight_does_not_build() {
-    for (builder, tool) in [
-        (Toolbox::builder().tool(LabelledRefund), "labelled_refund"),
-        (Toolbox::builder().tool(AliasedLabels), "aliased_labels"),
+/// Labels, behind a type alias, before a flattened struct.
+#[tool(idempotent(key = "labels-street:<order>"))]
+async fn labels_then_street(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] labels: Labels,
+    #[serde(flatten)] to: Street,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "s-{}",
+        out.act(format!("{order}:{labels:?}:{to:?}"))
+    ))
+}
+
+/// A gift flag, a flattened struct of its own.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Gift {
+    gift: bool,
+}
+
+/// A channel open to any field, before a flattened struct.
+#[tool(idempotent(key = "channel-gift:<order>"))]
+async fn channel_then_gift(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] via: Channel,
+    #[serde(flatten)] extra: Gift,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "g-{}",
+        out.act(format!("{order}:{via:?}:{extra:?}"))
+    ))
+}
+
+/// An externally tagged enum: serde takes its one entry away when it reads it.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Action {
+    Refund { cents: u32 },
+    Replace { sku: String },
+}
+
+#[tool(idempotent(key = "action-meta:<order>"))]
+async fn action_then_meta(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] action: Action,
+    #[serde(flatten)] meta: Meta,
+) -> Result<String, ToolError> {
+    Ok(format!(
+        "a-{}",
+        out.act(format!("{order}:{action:?}:{:?}", meta.labels))
+    ))
+}
+
+/// Found in review: serde gives a parameter that takes any field (a map, or a struct or a
+/// variant holding one) every field not taken away before it, and it takes none away itself.
+/// A refund with no labels ran with the labels `method` and `last4`; labels before an address
+/// held `street` and `city`; a provider's own fields held the gift flag. The macro refuses a map
+/// beside another flattened parameter it can see; the rest is refused when the toolbox builds.
+/// An externally tagged enum takes its entry away, so a map after it builds and gets only its
+/// own entries.
+#[tokio::test]
+async fn a_map_given_another_parameters_fields_does_not_build() {
+    for (builder, tool, map, field, parameter) in [
+        (
+            Toolbox::builder().tool(LabelledRefund),
+            "labelled_refund",
+            "meta",
+            "method",
+            "to",
+        ),
+        (
+            Toolbox::builder().tool(AliasedLabels),
+            "aliased_labels",
+            "labels",
+            "method",
+            "to",
+        ),
+        (
+            Toolbox::builder().tool(LabelsThenStreet),
+            "labels_then_street",
+            "labels",
+            "street",
+            "to",
+        ),
+        (
+            Toolbox::builder().tool(ChannelThenGift),
+            "channel_then_gift",
+            "via",
+            "gift",
+            "extra",
+        ),
     ] {
         let err = builder.state(Outside::default()).build().err().unwrap();
         assert_eq!(
             err,
-            toolkey::BuildError::MapBesideFlattenedEnum(tool.into())
+            toolkey::BuildError::MapTakesOthersFields {
+                tool: tool.into(),
+                map: map.into(),
+                field: field.into(),
+                parameter: parameter.into()
+            }
         );
         assert!(err
             .to_string()
             .contains("take the map as a field of its own"));
     }
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(ActionThenMeta)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "refund": {"cents": 5}, "source": "web", "team": "ops"});
+    tb.call("action_then_meta", args, &ctx()).await.unwrap();
+    assert_eq!(
+        *out.effects.lock().unwrap(),
+        [r#"o-1:Refund { cents: 5 }:{"team": "ops"}"#]
+    );
 }
 
 /// A shipment's extras, one of them named like a parameter of `ship_with_note`.
@@ -2534,6 +2635,40 @@ struct Holder {
     holder: String,
 }
 
+/// A payout whose own `holder` is also a field of the enum it flattens.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Held {
+    holder: String,
+    #[serde(flatten)]
+    to: Payee,
+}
+
+#[tool(idempotent(key = "held:<order>"))]
+async fn held_payout(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] payout: Held,
+) -> Result<String, ToolError> {
+    Ok(format!("p-{}", out.act(format!("{order}:{payout:?}"))))
+}
+
+/// A search read also as `query`, the name of a parameter of `search_by`.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Search {
+    #[serde(alias = "query")]
+    search: String,
+}
+
+#[tool(idempotent(key = "search-by:<order>"))]
+async fn search_by(
+    out: State<Outside>,
+    order: String,
+    query: String,
+    #[serde(flatten)] s: Search,
+) -> Result<String, ToolError> {
+    Ok(format!("q-{}", out.act(format!("{order}:{query}:{s:?}"))))
+}
+
 #[tool(idempotent(key = "hold:<order>"))]
 async fn hold_first(
     out: State<Outside>,
@@ -2567,6 +2702,7 @@ async fn which_parameter_serde_gives_a_shared_field_decides_whether_a_toolbox_bu
         (Toolbox::builder().tool(SendLetter), "name", "from"),
         (Toolbox::builder().tool(HoldFirst), "holder", "who"),
         (Toolbox::builder().tool(Wire), "holder", "holder"),
+        (Toolbox::builder().tool(HeldPayout), "holder", "payout"),
     ] {
         let err = builder.state(Outside::default()).build().err().unwrap();
         let toolkey::BuildError::ShadowedField {
@@ -2587,9 +2723,21 @@ async fn which_parameter_serde_gives_a_shared_field_decides_whether_a_toolbox_bu
         .unwrap();
     let args = json!({"order": "o-1", "holder": "Ada", "method": "bank", "iban": "DE02"});
     tb.call("hold_after", args, &ctx()).await.unwrap();
+    // An alias of a struct's field named like a parameter: the struct reads its field by its
+    // own name, which the schema gives, and nothing is lost.
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(SearchBy)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-2", "query": "mugs", "search": "tea"});
+    tb.call("search_by", args, &ctx()).await.unwrap();
     assert_eq!(
         *out.effects.lock().unwrap(),
-        [r#"o-1:Holder { holder: "Ada" }:Bank { iban: "DE02", holder: Some("Ada") }"#]
+        [
+            r#"o-1:Holder { holder: "Ada" }:Bank { iban: "DE02", holder: Some("Ada") }"#,
+            r#"o-2:mugs:Search { search: "tea" }"#
+        ]
     );
 }
 
@@ -2610,4 +2758,67 @@ async fn a_mistyped_branch_field_is_named_in_the_refusal() {
     assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
     assert!(!err.message().contains("`cents`"), "{err:?}");
     assert_eq!(out.count("payback:"), 0);
+}
+
+/// A payout with no payee, then a holder, a field of the payee's bank branch too.
+#[tool(idempotent(key = "payout-holder:<order>"))]
+async fn payout_then_holder(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] payout: Payout,
+    #[serde(flatten)] who: Holder,
+) -> Result<String, ToolError> {
+    let to = payout.to.map(|_| "payee").unwrap_or("none");
+    Ok(format!(
+        "h-{}",
+        out.act(format!("{order}:{}:{to}:{}", payout.currency, who.holder))
+    ))
+}
+
+/// Found in review: a name another parameter takes touched a branch all the same, so a payout
+/// with no payee and a holder for the struct after it was refused "missing field `iban`", which
+/// would have led a model to invent a bank account.
+#[tokio::test]
+async fn a_field_given_for_another_parameter_touches_no_branch() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(PayoutThenHolder)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-1", "currency": "EUR", "holder": "Ada"});
+    tb.call("payout_then_holder", args, &ctx()).await.unwrap();
+    assert_eq!(*out.effects.lock().unwrap(), ["o-1:EUR:none:Ada"]);
+}
+
+/// Counts by article number: a map whose keys are read as numbers.
+#[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Restocking {
+    counts: std::collections::BTreeMap<u32, u32>,
+}
+
+#[tool(idempotent(key = "restock:<order>"))]
+async fn restock(
+    out: State<Outside>,
+    order: String,
+    #[serde(flatten)] plan: Restocking,
+) -> Result<String, ToolError> {
+    Ok(format!("r-{}", out.act(format!("{order}:{plan:?}"))))
+}
+
+/// Found in review: the field a refusal names is the one holding the value serde names, and a
+/// map's key is read as a value too. `"12"` is both `order` and a key of `counts`: neither is
+/// named, where `order`, which is right, was.
+#[tokio::test]
+async fn a_refusal_names_no_field_when_a_key_holds_the_value_too() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(Restock)
+        .build()
+        .unwrap();
+    let err = refused(&tb, "restock", json!({"order": "12", "counts": {"12": 4}})).await;
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(!err.message().contains("`order`"), "{err:?}");
+    assert!(out.effects.lock().unwrap().is_empty());
 }

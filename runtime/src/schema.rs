@@ -200,6 +200,10 @@ fn find_value(value: &Value, path: String, text: &str, found: &mut Vec<String>) 
         }
         Value::Object(map) => {
             for (name, item) in map {
+                // A key is read as a value too (a map's `u32` key): it is a candidate as well.
+                if format!("string {name:?}") == text {
+                    found.push(format!("{path}.{name}"));
+                }
                 find_value(item, format!("{path}.{name}"), text, found);
             }
             None

@@ -427,37 +427,64 @@ impl ToolDefinition {
         )
     }
 
+    /// How serde reads each flattened parameter, in order.
+    fn flattened_reads(&self) -> Vec<FlattenedRead<'_>> {
+        (self.parameters.iter())
+            .filter_map(|parameter| match parameter {
+                Parameter::Own(_) => None,
+                Parameter::Flattened {
+                    name,
+                    takes,
+                    schema,
+                } => Some(FlattenedRead::of(name, takes, schema())),
+            })
+            .collect()
+    }
+
     /// A field of a flattened parameter that serde gives to another parameter first: (that
     /// name, the parameter that takes it). serde reads the parameters of their own first, then
-    /// the flattened ones in order; a flattened struct takes its fields away from those after
-    /// it, an enum or a map takes nothing away.
+    /// the flattened ones in order; a flattened struct, or an externally tagged enum, takes its
+    /// fields away from those after it, an internally tagged enum or a map takes nothing away.
+    /// Inside a flattened struct, its own fields come before the enum it flattens.
     pub(crate) fn shadowed_field(&self) -> Option<(String, String)> {
-        let fields_of = |schema: fn() -> Value| {
-            let schema = schema();
-            let lifted = crate::export::lift(&schema, &schema);
-            lifted.properties.keys().cloned().collect::<Vec<String>>()
-        };
         let mut taken: Vec<(String, String)> = Vec::new();
         for parameter in &self.parameters {
             if let Parameter::Own(name) = parameter {
                 taken.extend(self.names_of(name).map(|n| (n.to_string(), name.clone())));
             }
         }
-        for parameter in &self.parameters {
-            let Parameter::Flattened {
-                name,
-                takes,
-                schema,
-            } = parameter
-            else {
-                continue;
-            };
-            let mut fields = fields_of(*schema);
-            fields.extend(takes.iter().map(|f| f.to_string()));
-            if let Some((field, by)) = taken.iter().find(|(n, _)| fields.contains(n)) {
+        for read in self.flattened_reads() {
+            if let Some((field, by)) = taken.iter().find(|(n, _)| read.fields.contains(n)) {
                 return Some((field.clone(), by.clone()));
             }
-            taken.extend(takes.iter().map(|f| (f.to_string(), name.clone())));
+            if let Some(field) = read.shadowed_inside() {
+                return Some((field, read.name.to_string()));
+            }
+            if read.takes_away {
+                let fields = read.takes.iter().map(|f| f.to_string());
+                let fields = fields.chain(read.fields.iter().cloned());
+                taken.extend(fields.map(|f| (f, read.name.to_string())));
+            }
+        }
+        None
+    }
+
+    /// A flattened parameter that takes any field (a map, in a struct or a variant or not) and
+    /// would be given a field another flattened parameter reads: (the map's parameter, the
+    /// field, the parameter that reads it). serde gives such a parameter every field not taken
+    /// away before it, and takes none away itself.
+    pub(crate) fn map_takes_others_fields(&self) -> Option<(String, String, String)> {
+        let reads = self.flattened_reads();
+        for (i, open) in reads.iter().enumerate().filter(|(_, r)| r.open) {
+            for (j, other) in reads.iter().enumerate() {
+                if j == i || (j < i && other.takes_away) {
+                    continue;
+                }
+                if let Some(field) = other.fields.first() {
+                    let names = (open.name.to_string(), field.clone());
+                    return Some((names.0, names.1, other.name.to_string()));
+                }
+            }
         }
         None
     }
@@ -480,30 +507,6 @@ impl ToolDefinition {
     /// gave, and drops the fields that branch does not take.
     pub(crate) fn untagged_flattened(&self) -> Option<Vec<String>> {
         untagged_union(&self.input_schema, &self.input_schema, &mut Vec::new())
-    }
-
-    /// True when the arguments take any other field (a flattened map's entries) beside a
-    /// flattened enum: serde gives the map the enum's fields too. The macro refuses a map
-    /// beside another flattened parameter; inside a flattened struct, or behind a type alias,
-    /// only the schema shows it.
-    pub(crate) fn map_beside_flattened_enum(&self) -> bool {
-        let Some(root) = self.input_schema.as_object() else {
-            return false;
-        };
-        let other = [
-            "additionalProperties",
-            "unevaluatedProperties",
-            "patternProperties",
-        ];
-        let open = (other.iter()).any(|k| root.get(*k).is_some_and(|v| v != &Value::Bool(false)));
-        let parts = root.get("allOf").and_then(Value::as_array);
-        let union = |map: &serde_json::Map<String, Value>| {
-            map.contains_key("anyOf") || map.contains_key("oneOf")
-        };
-        open && (union(root)
-            || (parts.into_iter().flatten())
-                .filter_map(Value::as_object)
-                .any(union))
     }
 
     /// Declares that the tool needs `State<T>` from the toolbox.
@@ -811,4 +814,74 @@ fn takes_null(schema: &Value) -> bool {
             .filter_map(|keyword| schema.get(*keyword)?.as_array())
             .flatten()
             .any(|branch| branch.get("type").is_some_and(null))
+}
+
+/// How serde reads one flattened parameter.
+struct FlattenedRead<'a> {
+    /// The parameter's name.
+    name: &'a str,
+    /// The names a struct reads by name, aliases included.
+    takes: &'static [&'static str],
+    /// Its schema.
+    schema: Value,
+    /// The fields its schema names, a flattened enum's branches' included.
+    fields: Vec<String>,
+    /// It takes its fields away from the parameters after it: a struct read field by field,
+    /// or an externally tagged enum (its one entry).
+    takes_away: bool,
+    /// It takes any other field: a map, or a struct or branch holding one.
+    open: bool,
+}
+
+impl<'a> FlattenedRead<'a> {
+    fn of(name: &'a str, takes: &'static [&'static str], schema: Value) -> Self {
+        let lifted = crate::export::lift(&schema, &schema);
+        let open = lifted.open.is_some() || schema.get("patternProperties").is_some();
+        FlattenedRead {
+            name,
+            takes,
+            fields: lifted.properties.keys().cloned().collect(),
+            takes_away: !takes.is_empty() || externally_tagged(&schema),
+            open,
+            schema,
+        }
+    }
+
+    /// A field of an enum this parameter flattens that one of its own fields has: the struct
+    /// takes it first.
+    fn shadowed_inside(&self) -> Option<String> {
+        let root = self.schema.as_object()?;
+        let own = root.get("properties")?.as_object()?;
+        let unions: serde_json::Map<String, Value> = (root.iter())
+            .filter(|(keyword, _)| ["allOf", "anyOf", "oneOf"].contains(&keyword.as_str()))
+            .map(|(keyword, branches)| (keyword.clone(), branches.clone()))
+            .collect();
+        let branches = crate::export::lift(&Value::Object(unions), &self.schema);
+        own.keys()
+            .find(|name| branches.properties.contains_key(*name))
+            .cloned()
+    }
+}
+
+/// True when `schema` is an externally tagged enum's: a union whose branches each take one
+/// field of their own, the variant's name, which serde takes away when it reads it.
+fn externally_tagged(schema: &Value) -> bool {
+    ["anyOf", "oneOf"].iter().any(|keyword| {
+        let Some(Value::Array(branches)) = schema.get(*keyword) else {
+            return false;
+        };
+        let mut names: Vec<String> = Vec::new();
+        let all_keyed = branches.iter().all(|branch| {
+            let lifted = crate::export::lift(branch, schema);
+            let mut keys = lifted.properties.keys();
+            match (keys.next(), keys.next()) {
+                (Some(only), None) if !names.contains(only) => {
+                    names.push(only.clone());
+                    true
+                }
+                _ => false,
+            }
+        });
+        all_keyed && !names.is_empty()
+    })
 }

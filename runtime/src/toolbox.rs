@@ -81,11 +81,20 @@ pub enum BuildError {
         /// The fields of the enum's branches.
         fields: Vec<String>,
     },
-    /// A flattened map beside a flattened enum, inside a flattened struct or behind a type
-    /// alias (the macro refuses one it can see): serde gives the map the enum's fields too, so
-    /// its entries would not be the ones the call gave.
-    #[error("tool `{0}`: a flattened map sits beside a flattened enum: serde gives the map the enum's fields too, so its entries would not be the ones given; take the map as a field of its own")]
-    MapBesideFlattenedEnum(String),
+    /// A flattened parameter that takes any field (a map, or a struct or a variant holding one)
+    /// would be given a field another flattened parameter reads: serde gives it every field
+    /// not taken away before it, so its entries would not be the ones the call gave.
+    #[error("tool `{tool}`: the flattened parameter `{map}` takes any field, and serde gives it `{field}` too, which `{parameter}` reads: its entries would not be the ones given; take the map as a field of its own")]
+    MapTakesOthersFields {
+        /// The tool.
+        tool: String,
+        /// The parameter that takes any field.
+        map: String,
+        /// A field another parameter reads.
+        field: String,
+        /// That parameter.
+        parameter: String,
+    },
     /// Two tools' key templates can build one key from different values (`order:<id>` builds
     /// `order:o-1:line:2` for the id `o-1:line:2`, as `order:<id>:line:<line>` does for `o-1`
     /// and `2`): a call of one would be refused as the other's `CONFLICT`, or replayed its
@@ -342,8 +351,13 @@ impl ToolboxBuilder {
                     fields,
                 });
             }
-            if definition.map_beside_flattened_enum() {
-                return Err(BuildError::MapBesideFlattenedEnum(definition.name.clone()));
+            if let Some((map, field, parameter)) = definition.map_takes_others_fields() {
+                return Err(BuildError::MapTakesOthersFields {
+                    tool: definition.name.clone(),
+                    map,
+                    field,
+                    parameter,
+                });
             }
             if let Some((field, parameter)) = definition.shadowed_field() {
                 return Err(BuildError::ShadowedField {

@@ -198,12 +198,16 @@ impl Names {
         })
     }
 
+    /// [`check_whole`](Self::check_whole), where a name this schema's own properties take
+    /// (another parameter's, a flattened struct's) touches no branch: it was given for them.
     fn check_whole_given(&self, given: &Given<'_>) -> Result<(), String> {
         for group in &self.choices {
             let touches = |branch: &Names| {
                 let mut names = BTreeSet::new();
                 branch.all(&mut names);
-                names.iter().any(|n| given.names.contains(n.as_str()))
+                (names.iter())
+                    .filter(|n| !self.fixed.contains(*n))
+                    .any(|n| given.names.contains(n.as_str()))
             };
             if !group.iter().any(touches) {
                 continue;
