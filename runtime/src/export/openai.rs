@@ -363,7 +363,8 @@ fn drop_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
                 v.is_null() && own.is_none_or(|own| !own.contains_key(k))
             };
             if depth == 0 && object.iter().any(lifted_null) {
-                let lifted = super::lift(&Value::Object(schema.clone()), root);
+                // At the top, the schema is the root itself.
+                let lifted = super::lift(root, root);
                 object.retain(|k, v| {
                     !(lifted_null((k, v))
                         && lifted.properties.contains_key(k)

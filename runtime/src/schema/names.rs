@@ -202,13 +202,7 @@ impl Names {
     /// (another parameter's, a flattened struct's) touches no branch: it was given for them.
     fn check_whole_given(&self, given: &Given<'_>) -> Result<(), String> {
         for group in &self.choices {
-            let touches = |branch: &Names| {
-                let mut names = BTreeSet::new();
-                branch.all(&mut names);
-                (names.iter())
-                    .filter(|n| !self.fixed.contains(*n))
-                    .any(|n| given.names.contains(n.as_str()))
-            };
+            let touches = |branch: &Names| branch.takes_given(given, &self.fixed);
             if !group.iter().any(touches) {
                 continue;
             }
@@ -228,6 +222,13 @@ impl Names {
             return Err(format!("missing field `{name}`"));
         }
         Ok(())
+    }
+
+    /// True when this schema takes a name `given` has, other than those in `except`.
+    fn takes_given(&self, given: &Given<'_>, except: &BTreeSet<String>) -> bool {
+        let given_here = |n: &String| given.names.contains(n.as_str()) && !except.contains(n);
+        self.fixed.iter().any(given_here)
+            || (self.choices.iter().flatten()).any(|branch| branch.takes_given(given, except))
     }
 
     /// The first field this branch requires that `given` lacks.
