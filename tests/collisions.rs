@@ -2504,8 +2504,14 @@ async fn channel_then_gift(
 #[derive(Debug, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Action {
-    Refund { cents: u32 },
-    Replace { sku: String },
+    Refund {
+        cents: u32,
+    },
+    Replace {
+        sku: String,
+    },
+    /// A unit variant: a string in the schema, no field of its own.
+    Cancel,
 }
 
 #[tool(idempotent(key = "action-meta:<order>"))]

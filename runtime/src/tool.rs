@@ -427,8 +427,9 @@ impl ToolDefinition {
         )
     }
 
-    /// How serde reads each flattened parameter, in order.
-    fn flattened_reads(&self) -> Vec<FlattenedRead<'_>> {
+    /// How serde reads each flattened parameter, in order: each type's schema derived once,
+    /// for every check the toolbox makes of them.
+    pub(crate) fn flattened_reads(&self) -> Vec<FlattenedRead<'_>> {
         (self.parameters.iter())
             .filter_map(|parameter| match parameter {
                 Parameter::Own(_) => None,
@@ -446,14 +447,14 @@ impl ToolDefinition {
     /// the flattened ones in order; a flattened struct, or an externally tagged enum, takes its
     /// fields away from those after it, an internally tagged enum or a map takes nothing away.
     /// Inside a flattened struct, its own fields come before the enum it flattens.
-    pub(crate) fn shadowed_field(&self) -> Option<(String, String)> {
+    pub(crate) fn shadowed_field(&self, reads: &[FlattenedRead<'_>]) -> Option<(String, String)> {
         let mut taken: Vec<(String, String)> = Vec::new();
         for parameter in &self.parameters {
             if let Parameter::Own(name) = parameter {
                 taken.extend(self.names_of(name).map(|n| (n.to_string(), name.clone())));
             }
         }
-        for read in self.flattened_reads() {
+        for read in reads {
             if let Some((field, by)) = taken.iter().find(|(n, _)| read.fields.contains(n)) {
                 return Some((field.clone(), by.clone()));
             }
@@ -467,39 +468,6 @@ impl ToolDefinition {
             }
         }
         None
-    }
-
-    /// A flattened parameter that takes any field (a map, in a struct or a variant or not) and
-    /// would be given a field another flattened parameter reads: (the map's parameter, the
-    /// field, the parameter that reads it). serde gives such a parameter every field not taken
-    /// away before it, and takes none away itself.
-    pub(crate) fn map_takes_others_fields(&self) -> Option<(String, String, String)> {
-        let reads = self.flattened_reads();
-        for (i, open) in reads.iter().enumerate().filter(|(_, r)| r.open) {
-            for (j, other) in reads.iter().enumerate() {
-                if j == i || (j < i && other.takes_away) {
-                    continue;
-                }
-                if let Some(field) = other.fields.first() {
-                    let names = (open.name.to_string(), field.clone());
-                    return Some((names.0, names.1, other.name.to_string()));
-                }
-            }
-        }
-        None
-    }
-
-    /// The name of a flattened parameter whose schema takes `null`: an `Option` the macro could
-    /// not see (behind a type alias), which serde reads as `None` when its fields do not parse.
-    pub(crate) fn flattened_option(&self) -> Option<&str> {
-        self.parameters
-            .iter()
-            .find_map(|parameter| match parameter {
-                Parameter::Flattened { name, schema, .. } if takes_null(&schema()) => {
-                    Some(name.as_str())
-                }
-                _ => None,
-            })
     }
 
     /// The fields of a flattened enum without a tag (`#[serde(untagged)]`), if the arguments
@@ -769,21 +737,11 @@ fn untagged_union<'a>(
         let Some(Value::Array(branches)) = map.get(keyword) else {
             continue;
         };
-        let lifted: Vec<crate::export::Lifted> = (branches.iter())
-            .map(|branch| crate::export::lift(branch, whole))
-            .filter(|lifted| !lifted.properties.is_empty())
-            .collect();
+        let lifted = fielded_branches(branches, whole);
         let tagged = lifted
             .iter()
             .all(|branch| branch.properties.values().any(|p| p.get("const").is_some()));
-        let mut own: Vec<&String> = Vec::new();
-        let keyed = lifted.iter().all(|branch| {
-            let only = branch.properties.keys().next();
-            let new = only.is_some_and(|name| !own.contains(&name));
-            own.extend(only);
-            branch.properties.len() == 1 && new
-        });
-        if lifted.len() > 1 && !tagged && !keyed {
+        if lifted.len() > 1 && !tagged && !one_field_of_its_own_each(&lifted) {
             let mut names: Vec<String> = Vec::new();
             for name in lifted.iter().flat_map(|branch| branch.properties.keys()) {
                 if !names.contains(name) {
@@ -816,8 +774,38 @@ fn takes_null(schema: &Value) -> bool {
             .any(|branch| branch.get("type").is_some_and(null))
 }
 
+/// A flattened parameter that takes any field (a map, in a struct or a variant or not) and
+/// would be given a field another flattened parameter reads: (the map's parameter, the
+/// field, the parameter that reads it). serde gives such a parameter every field not taken
+/// away before it, and takes none away itself.
+pub(crate) fn map_takes_others_fields(
+    reads: &[FlattenedRead<'_>],
+) -> Option<(String, String, String)> {
+    for (i, open) in reads.iter().enumerate().filter(|(_, r)| r.open) {
+        for (j, other) in reads.iter().enumerate() {
+            if j == i || (j < i && other.takes_away) {
+                continue;
+            }
+            if let Some(field) = other.fields.first() {
+                let (map, parameter) = (open.name.to_string(), other.name.to_string());
+                return Some((map, field.clone(), parameter));
+            }
+        }
+    }
+    None
+}
+
+/// The name of a flattened parameter whose schema takes `null`: an `Option` the macro could
+/// not see (behind a type alias), which serde reads as `None` when its fields do not parse.
+pub(crate) fn flattened_option<'r>(reads: &'r [FlattenedRead<'_>]) -> Option<&'r str> {
+    reads
+        .iter()
+        .find(|read| takes_null(&read.schema))
+        .map(|read| read.name)
+}
+
 /// How serde reads one flattened parameter.
-struct FlattenedRead<'a> {
+pub(crate) struct FlattenedRead<'a> {
     /// The parameter's name.
     name: &'a str,
     /// The names a struct reads by name, aliases included.
@@ -863,25 +851,40 @@ impl<'a> FlattenedRead<'a> {
     }
 }
 
-/// True when `schema` is an externally tagged enum's: a union whose branches each take one
-/// field of their own, the variant's name, which serde takes away when it reads it.
+/// True when `schema` is an externally tagged enum's: a union whose branches that take a field
+/// each take one of their own, the variant's name, which serde takes away when it reads it (a
+/// unit variant is a string, and takes none).
 fn externally_tagged(schema: &Value) -> bool {
     ["anyOf", "oneOf"].iter().any(|keyword| {
         let Some(Value::Array(branches)) = schema.get(*keyword) else {
             return false;
         };
-        let mut names: Vec<String> = Vec::new();
-        let all_keyed = branches.iter().all(|branch| {
-            let lifted = crate::export::lift(branch, schema);
-            let mut keys = lifted.properties.keys();
-            match (keys.next(), keys.next()) {
-                (Some(only), None) if !names.contains(only) => {
-                    names.push(only.clone());
-                    true
-                }
-                _ => false,
+        let lifted = fielded_branches(branches, schema);
+        !lifted.is_empty() && one_field_of_its_own_each(&lifted)
+    })
+}
+
+/// The branches of a union lifted into one object each, those that take no field left out
+/// (a unit variant's string, the `{}` beside a flattened `Option`'s).
+fn fielded_branches(branches: &[Value], whole: &Value) -> Vec<crate::export::Lifted> {
+    (branches.iter())
+        .map(|branch| crate::export::lift(branch, whole))
+        .filter(|lifted| !lifted.properties.is_empty())
+        .collect()
+}
+
+/// True when each branch takes exactly one field, no two the same: an externally tagged
+/// enum's, each variant's name.
+fn one_field_of_its_own_each(branches: &[crate::export::Lifted]) -> bool {
+    let mut seen: Vec<&String> = Vec::new();
+    branches.iter().all(|branch| {
+        let mut keys = branch.properties.keys();
+        match (keys.next(), keys.next()) {
+            (Some(only), None) if !seen.contains(&only) => {
+                seen.push(only);
+                true
             }
-        });
-        all_keyed && !names.is_empty()
+            _ => false,
+        }
     })
 }

@@ -339,7 +339,8 @@ impl ToolboxBuilder {
             if let Some(limit) = settings.concurrency {
                 slots.push((definition.name.clone(), limit));
             }
-            if let Some(parameter) = definition.flattened_option() {
+            let reads = definition.flattened_reads();
+            if let Some(parameter) = crate::tool::flattened_option(&reads) {
                 return Err(BuildError::FlattenedOption {
                     tool: definition.name.clone(),
                     parameter: parameter.to_string(),
@@ -351,7 +352,7 @@ impl ToolboxBuilder {
                     fields,
                 });
             }
-            if let Some((map, field, parameter)) = definition.map_takes_others_fields() {
+            if let Some((map, field, parameter)) = crate::tool::map_takes_others_fields(&reads) {
                 return Err(BuildError::MapTakesOthersFields {
                     tool: definition.name.clone(),
                     map,
@@ -359,7 +360,7 @@ impl ToolboxBuilder {
                     parameter,
                 });
             }
-            if let Some((field, parameter)) = definition.shadowed_field() {
+            if let Some((field, parameter)) = definition.shadowed_field(&reads) {
                 return Err(BuildError::ShadowedField {
                     tool: definition.name.clone(),
                     field,
