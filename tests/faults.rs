@@ -695,3 +695,51 @@ async fn a_step_whose_reserve_reply_was_lost_runs_once_when_the_body_tries_it_ag
     assert_eq!(warehouse.picks(), 1);
     assert!(toolbox.shutdown().await.is_clean());
 }
+
+/// Pick an order after a short wait on a timer, then block the thread: a synchronous client
+/// called once an asynchronous first step is done.
+#[tool(idempotent(key = "late-block-pick:<order>", recover = find_pick), lease = "300ms")]
+async fn late_block_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(warehouse.pick(&order).await)
+}
+
+/// A body that blocks its worker after a timer woke it keeps its lease. The worker that woke
+/// from the runtime's timer driver runs the body, and the other worker sleeps on its own, so no
+/// timer of the runtime fires while the body blocks: the renewer, asleep on its timer, renewed
+/// nothing, the lease lapsed, and a retry from another runtime at 500 ms took the key over and
+/// picked a second time (the first call then answered LEASE_LOST). The watch thread wakes an
+/// overdue renewer from outside the runtime: the retry finds the pick in progress, and the
+/// ledger has one pick.
+#[test]
+fn a_body_that_blocks_its_worker_after_a_timer_keeps_its_lease() {
+    let warehouse = Arc::new(Warehouse::default());
+    *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+    let toolbox = Toolbox::builder()
+        .shared_state(warehouse.clone())
+        .tool(LateBlockPick)
+        .build()
+        .unwrap();
+    let call = |toolbox: &Toolbox| {
+        let toolbox = toolbox.clone();
+        async move {
+            toolbox
+                .call("late_block_pick", json!({"order": "o-5"}), &ctx())
+                .await
+        }
+    };
+    let workers = two_workers();
+    let first = workers.spawn(call(&toolbox));
+    std::thread::sleep(Duration::from_millis(500));
+    let other = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = other.block_on(call(&toolbox)).unwrap_err();
+    assert!(err.is(ErrorCode::InProgress), "{err:?}");
+    let first = workers.block_on(first).unwrap().unwrap();
+    assert_eq!((first.value, first.replayed), (json!("pick-1"), false));
+    let replay = other.block_on(call(&toolbox)).unwrap();
+    assert_eq!((replay.value, replay.replayed), (json!("pick-1"), true));
+    assert_eq!(warehouse.picks(), 1, "one pick on the ledger");
+}

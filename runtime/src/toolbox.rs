@@ -534,12 +534,13 @@ impl Toolbox {
     /// CPU-heavy step) keeps its key — as long as the runtime has another thread to renew from.
     /// On a current-thread runtime, or a multi-thread runtime whose every worker is blocked,
     /// nothing renews and the lease lapses: another call may then take the key over. A renewal
-    /// is a timer, and a worker that blocks while it holds the runtime's timer driver can hold up
-    /// every timer until another worker takes the driver over (tokio issue 4730; tokio's
-    /// `enable_eager_driver_handoff`, behind `tokio_unstable`, narrows that window). Run blocking
-    /// work with [`tokio::task::spawn_blocking`] (or `block_in_place`) inside the body. If a lease
-    /// is lost anyway, the call does not claim success: it answers `LEASE_LOST` ("the action may
-    /// have happened twice") and logs it.
+    /// waits on the runtime's timers, and while a worker blocks, no other worker may be driving
+    /// them (tokio issue 4730): a thread of the process watches the renewals of multi-thread
+    /// runtimes, and wakes a runtime whose renewal is overdue from outside, which sets its timers
+    /// going again (a warning is logged the first time). Until then the runtime's other timers,
+    /// such as a `timeout`, wait too. Run blocking work with [`tokio::task::spawn_blocking`] (or
+    /// `block_in_place`) inside the body. If a lease is lost anyway, the call does not claim
+    /// success: it answers `LEASE_LOST` ("the action may have happened twice") and logs it.
     pub async fn call(
         &self,
         name: &str,

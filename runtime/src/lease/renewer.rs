@@ -11,16 +11,29 @@
 //! The task is spawned on the runtime of the first registration made on it, and ends with that
 //! runtime. A runtime's renewer is found through the thread's last one (the common case: a
 //! worker thread belongs to one runtime), else through a registry of the runtimes' renewers.
+//!
+//! A multi-thread runtime can leave its timers unfired while a worker blocks: the worker that
+//! woke from the timer driver runs a task that blocks its thread, and the other workers sleep
+//! on their own, none of them on the driver, so no timer fires until one is woken (tokio issue
+//! 4730). A renewer sleeping on its timer then renews nothing, and the blocked body's lease
+//! lapses. One thread of the process watches every such runtime's renewer: when a renewal is
+//! overdue, it wakes the renewer from outside the runtime, which wakes a sleeping worker; that
+//! worker runs the renewer and then sleeps on the driver, so the runtime's timers fire again.
+//! The watch sleeps until the earliest renewal is overdue (and no longer than half the shortest
+//! renewal period it has seen, so a registration made meanwhile is watched too), and parks
+//! while no runtime has registered a lease since it last looked: a registration costs it one
+//! atomic read, and wakes it only after such a pause.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::{Handle, Id, RuntimeFlavor};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -62,6 +75,7 @@ impl Registration {
             state.next_id += 1;
             state.held.insert(id, held);
             state.due.insert((due, id));
+            state.shortest = Some(state.shortest.map_or(period, |p| p.min(period)));
             let wake = state.wakes_at.is_none_or(|at| due < at);
             if wake {
                 state.wakes_at = Some(due);
@@ -71,6 +85,9 @@ impl Registration {
         };
         if wake {
             renewer.wake.notify_one();
+        }
+        if renewer.watched {
+            watch::waken();
         }
         Registration { renewer, id }
     }
@@ -115,6 +132,13 @@ struct Renewer {
     woken: AtomicBool,
     /// Set when the task has ended (its runtime shut down): a registration finds a new one.
     ended: AtomicBool,
+    /// Whether the watch looks after this renewer: true on a multi-thread runtime.
+    watched: bool,
+    /// The runtime, for the watch to wake (taken when the task ends, so a renewer a thread
+    /// still knows does not keep a runtime that is gone).
+    runtime: Mutex<Option<Handle>>,
+    /// Set once the watch has found a renewal of this runtime overdue (logged the first time).
+    held_up: AtomicBool,
 }
 
 #[derive(Default)]
@@ -125,6 +149,11 @@ struct State {
     next_id: u64,
     /// When the task wakes by itself; none while it waits to be woken.
     wakes_at: Option<Instant>,
+    /// The shortest renewal period of a lease registered here: the watch looks at least twice
+    /// in that time.
+    shortest: Option<Duration>,
+    /// `next_id` when the watch last looked: a registration made since keeps it awake.
+    looked: u64,
 }
 
 /// A lease the renewer holds.
@@ -182,6 +211,9 @@ impl Renewer {
                 wake: Notify::new(),
                 woken: AtomicBool::new(false),
                 ended: AtomicBool::new(false),
+                watched: handle.runtime_flavor() == RuntimeFlavor::MultiThread,
+                runtime: Mutex::new(Some(handle.clone())),
+                held_up: AtomicBool::new(false),
             });
             renewers.retain(|(_, renewer)| !renewer.ended.load(Ordering::Acquire));
             renewers.push((id, renewer.clone()));
@@ -190,6 +222,9 @@ impl Renewer {
         // Spawned outside the registry's lock: on a runtime shutting down, the task is dropped
         // at once, and its drop takes that lock.
         handle.spawn(run(Ended(renewer.clone())));
+        if renewer.watched {
+            watch::start();
+        }
         renewer
     }
 
@@ -205,6 +240,11 @@ struct Ended(Arc<Renewer>);
 impl Drop for Ended {
     fn drop(&mut self) {
         self.0.ended.store(true, Ordering::Release);
+        self.0
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         RENEWERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -280,6 +320,136 @@ fn settle(renewer: &Renewer, id: u64, next: Option<Duration>) {
             state.due.insert((due, id));
         }
         None => held.lost = true,
+    }
+}
+
+/// The watch over the renewers of multi-thread runtimes (see the module's doc).
+mod watch {
+    use super::*;
+
+    /// Set while the watch is parked until a registration wakes it.
+    static ASLEEP: AtomicBool = AtomicBool::new(false);
+    /// The watch's thread; none if the process could not start one.
+    static THREAD: OnceLock<Option<Thread>> = OnceLock::new();
+
+    /// Starts the watch, unless it has started.
+    pub(super) fn start() {
+        THREAD.get_or_init(|| {
+            let started = std::thread::Builder::new()
+                .name("toolkey-lease-watch".into())
+                .spawn(run);
+            match started {
+                Ok(thread) => Some(thread.thread().clone()),
+                Err(error) => {
+                    tracing::warn!(%error, "could not start the thread that watches lease renewals: a worker that blocks its thread can hold renewals up until another worker wakes");
+                    None
+                }
+            }
+        });
+    }
+
+    /// Wakes the watch if it is parked: called after each registration on a watched renewer,
+    /// whose lock it held (the watch parks only after looking at every renewer under its lock,
+    /// so either it sees the registration, or the registration sees it asleep).
+    pub(super) fn waken() {
+        if ASLEEP.load(Ordering::Relaxed) && ASLEEP.swap(false, Ordering::AcqRel) {
+            if let Some(Some(thread)) = THREAD.get() {
+                thread.unpark();
+            }
+        }
+    }
+
+    /// The watch's thread: looks at every watched renewer, wakes those with a renewal overdue,
+    /// and sleeps until it should look again, or parks while no runtime has used its renewer.
+    fn run() {
+        loop {
+            if let Some(at) = look() {
+                let now = Instant::now();
+                if at > now {
+                    std::thread::park_timeout(at - now);
+                }
+                continue;
+            }
+            ASLEEP.store(true, Ordering::SeqCst);
+            if look().is_some() {
+                ASLEEP.store(false, Ordering::SeqCst);
+                continue;
+            }
+            std::thread::park();
+        }
+    }
+
+    /// Looks at every watched renewer, wakes each whose earliest renewal is overdue, and says
+    /// when to look again: none if no renewer holds a lease or was registered with since the
+    /// last look.
+    fn look() -> Option<Instant> {
+        let renewers: Vec<Arc<Renewer>> = RENEWERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, renewer)| renewer.watched)
+            .map(|(_, renewer)| renewer.clone())
+            .collect();
+        let now = Instant::now();
+        let mut again: Option<Instant> = None;
+        for renewer in renewers {
+            let (next, overdue) = look_at(&renewer, now);
+            if overdue {
+                wake(&renewer);
+            }
+            again = match (again, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        again
+    }
+
+    /// When to look at `renewer` again (none while it holds nothing and was not registered with
+    /// since the last look), and whether its earliest renewal is overdue: due more than an
+    /// eighth of its period ago, when the renewer would have started it.
+    pub(super) fn look_at(renewer: &Renewer, now: Instant) -> (Option<Instant>, bool) {
+        let mut state = renewer.lock();
+        let fresh = state.next_id != state.looked;
+        state.looked = state.next_id;
+        if state.held.is_empty() && !fresh {
+            return (None, false);
+        }
+        let half = state.shortest.map_or(Duration::from_millis(5), |p| p / 2);
+        let mut again = now + half;
+        let mut overdue = false;
+        if let Some(&(at, id)) = state.due.first() {
+            let grace = state
+                .held
+                .get(&id)
+                .map_or(Duration::ZERO, |held| period_of(held.lease) / 8);
+            if at + grace <= now {
+                overdue = true;
+                again = again.min(now + grace.max(Duration::from_millis(1)));
+            } else {
+                again = again.min(at + grace);
+            }
+        }
+        (Some(again), overdue)
+    }
+
+    /// Wakes `renewer` from outside its runtime: a task spawned from here wakes a sleeping
+    /// worker, which runs it (it wakes the renewer), takes the renewer over from a blocked
+    /// worker's queue if it waits there, and sleeps on the runtime's driver after.
+    fn wake(renewer: &Arc<Renewer>) {
+        let runtime = renewer
+            .runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(runtime) = runtime else {
+            return;
+        };
+        if !renewer.held_up.swap(true, Ordering::Relaxed) {
+            tracing::warn!("a lease renewal was overdue on a multi-thread runtime (a tool body may be blocking its worker thread; run blocking work with tokio::task::spawn_blocking): the renewer was woken from outside the runtime");
+        }
+        let renewer = renewer.clone();
+        drop(runtime.spawn(async move { renewer.wake.notify_one() }));
     }
 }
 
@@ -563,5 +733,39 @@ mod tests {
         assert!(sooner.renewer_woken(), "due before the first: woken");
         drop((first, sooner));
         assert_eq!(held(&Renewer::of(&Handle::current())), (0, 0));
+    }
+
+    /// The watch finds a renewal overdue once it is due by more than an eighth of its period,
+    /// looks again within half the shortest period while a lease is held, and, once nothing is
+    /// held and nothing was registered since its last look, has nothing to look at (it parks).
+    /// A current-thread runtime's renewer is not watched: no other thread of it could run it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_watch_finds_an_overdue_renewal_and_rests_when_nothing_is_held() {
+        let store = store(Plan::script([]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = register(store.clone(), rkey, token, LEASE);
+        let renewer = registration.renewer.clone();
+        assert!(renewer.watched);
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let (again, overdue) = watch::look_at(&renewer, now);
+        assert!(!overdue);
+        assert_eq!(again, Some(now + ms(50)), "half the 100 ms period");
+        let (again, overdue) = watch::look_at(&renewer, now + ms(90));
+        assert!(!overdue, "due at 100 ms");
+        assert!(again.is_some_and(|at| at <= now + ms(90) + ms(50)));
+        let (_, overdue) = watch::look_at(&renewer, now + ms(120));
+        assert!(overdue, "due at 100 ms, and not started 12.5 ms after");
+        drop(registration);
+        let _ = watch::look_at(&renewer, now);
+        assert_eq!(watch::look_at(&renewer, now), (None, false));
+    }
+
+    #[tokio::test]
+    async fn a_current_thread_runtimes_renewer_is_not_watched() {
+        let store = store(Plan::script([]));
+        let (rkey, token) = reserved(&store, "k").await;
+        let registration = register(store, rkey, token, LEASE);
+        assert!(!registration.renewer.watched);
     }
 }
