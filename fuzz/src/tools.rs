@@ -3,8 +3,8 @@
 //! | tool | story | what it covers |
 //! |---|---|---|
 //! | `send_invoice` | keyed, status `invoice_status` | string key parts (one case-insensitive), a float, `#[arg(ignore)]`, an optional field, a terminal error |
-//! | `book_seat` | keyed, status `book_seat_status` | integer, bool, unit enum and uuid key parts; a nested struct with a list |
-//! | `ship_order` | keyed, status `ship_order_status` | a case-sensitive key part, a `u16` part, a map, a set, nested optional structs |
+//! | `book_seat` | keyed, status `book_seat_status` | integer, bool, unit enum and uuid key parts; a nested struct with a list, without `deny_unknown_fields` |
+//! | `ship_order` | keyed, status `ship_order_status` | a case-sensitive key part, a `u16` part, a map, a set, nested optional structs without `deny_unknown_fields`, an untagged enum |
 //! | `record_visit` | keyed with `hash = true`, status `record_visit_status` | personal data hashed out of the key |
 //! | `refund` | keyed on `ctx.run_id` and `ctx.step`, no status | a key the model cannot influence |
 //! | `find_customer` | `read_only` | an optional integer |
@@ -88,9 +88,9 @@ pub enum Plan {
     ProPlus,
 }
 
-/// A meal ordered with a seat.
+/// A meal ordered with a seat: a struct without `deny_unknown_fields`, as most are (the
+/// runtime refuses a field its schema does not name).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Meal {
     /// The kind of meal.
     kind: MealKind,
@@ -135,9 +135,8 @@ async fn book_seat(
     )
 }
 
-/// A delivery address.
+/// A delivery address (without `deny_unknown_fields`, as [`Meal`]).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Address {
     /// Street and number.
     street: String,
@@ -166,13 +165,34 @@ async fn ship_order(
     address: Address,
     /// A second address to send the invoice to.
     billing_address: Option<Address>,
+    /// Who hears of the shipment.
+    contact: Option<Contact>,
 ) -> Result<Value, ToolError> {
     let n = ledger.record("ship_order");
     Ok(
         json!({"shipment": n, "order": order, "warehouse": warehouse, "lines": lines,
                "labels": labels, "flags": flags.len(), "address": address,
-               "billing_address": billing_address}),
+               "billing_address": billing_address, "contact": contact}),
     )
+}
+
+/// Who hears of a shipment: an untagged enum, which serde reads as its first branch that
+/// parses, ignoring the others' fields.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Contact {
+    /// By email.
+    Email {
+        /// The address.
+        email: String,
+    },
+    /// By phone.
+    Phone {
+        /// The number.
+        phone: String,
+        /// The country code, if not the shipment's.
+        cc: Option<String>,
+    },
 }
 
 /// Records a patient's visit; names and birth dates are personal data.

@@ -11,10 +11,12 @@ use serde_json::{Map, Value};
 use crate::{texts, ToolError};
 
 mod names;
+mod nested;
 mod tracked;
 
 pub use names::struct_fields;
 pub(crate) use names::DOES_NOT_GO_WITH;
+pub(crate) use nested::Nested;
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
 /// `title` (the Rust type's name, `__Args` for a tool's arguments: nothing a model should read)

@@ -241,6 +241,9 @@ pub struct ToolDefinition {
     argument_aliases: Vec<(String, String)>,
     /// The parameters, in the order serde reads them, when one is `#[serde(flatten)]`.
     parameters: Vec<Parameter>,
+    /// The check of the objects below the arguments' top level, read from the input schema
+    /// when the toolbox is built: none where no closed object is below it.
+    pub(crate) nested: Option<std::sync::Arc<crate::schema::Nested>>,
 }
 
 /// A parameter of a tool with a `#[serde(flatten)]` one, as the macro declares it.
@@ -284,6 +287,7 @@ impl ToolDefinition {
             renamed_arguments: Vec::new(),
             argument_aliases: Vec::new(),
             parameters: Vec::new(),
+            nested: None,
         }
     }
 

@@ -394,6 +394,7 @@ impl ToolboxBuilder {
                     companion.definition,
                 )?;
             }
+            definition.nested = crate::schema::Nested::of(&definition.input_schema).map(Arc::new);
             let registered = Registered {
                 tool,
                 telemetry: ToolTelemetry::new(&definition.name),
