@@ -147,8 +147,25 @@ async fn a_field_the_schema_does_not_take_below_the_top_is_refused_before_anythi
     );
     assert!(sent.contains("gift_wrap: Some(true)"), "{sent}");
     assert!(sent.contains("insured: Some(true)"), "{sent}");
-    let again = toolbox.call("ship", asked, &ctx()).await.unwrap();
+    let again = toolbox.call("ship", asked.clone(), &ctx()).await.unwrap();
     assert_eq!((again.value, again.replayed), (first.value, true));
+    // The status companion, given the call's arguments, reads them as the tool does: the call
+    // made is completed; the same with a field the tool would refuse is no call made.
+    let status = toolbox.call("ship_status", asked.clone(), &ctx()).await;
+    assert_eq!(status.unwrap().value["status"], "completed");
+    let mut other = asked;
+    other["shipping"]["expres"] = json!(false);
+    let err = toolbox
+        .call("ship_status", other, &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::InvalidArguments), "{err:?}");
+    assert!(
+        err.message()
+            .ends_with("`shipping`: unknown field `expres`, expected one of `express`, `insured`"),
+        "{}",
+        err.message()
+    );
     assert_eq!(carrier.count(), 1, "one shipment");
 }
 

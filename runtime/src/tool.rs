@@ -262,6 +262,25 @@ enum Parameter {
 }
 
 impl ToolDefinition {
+    /// Checks the objects below the top level of `args`, which the tool's arguments type has
+    /// read: a field their schema does not take there is refused, naming it (see
+    /// [`Nested`](crate::schema::Nested)).
+    pub(crate) fn check_nested(&self, args: &Value) -> Result<(), ToolError> {
+        let (Some(nested), Value::Object(object)) = (&self.nested, args) else {
+            return Ok(());
+        };
+        nested.check(object).map_err(|refused| {
+            let field = Some(refused.field.as_str());
+            crate::texts::invalid_arguments(
+                &self.name,
+                &refused.path,
+                &refused.problem,
+                field,
+                None,
+            )
+        })
+    }
+
     /// A definition with the given name, description and input schema, and the story's defaults.
     pub fn new(
         name: impl Into<String>,

@@ -586,7 +586,11 @@ impl Toolbox {
                 let mut note = None;
                 let whole = match self.inner.entries.get(target.as_str()) {
                     Some(Entry::Tool(registered)) if (more || !checks_more) && by_key.is_ok() => {
-                        let prepare = |args: &Value| registered.tool.prepare(args, ctx);
+                        // The target's reading: its type's, then its nested objects'.
+                        let prepare = |args: &Value| {
+                            let call = registered.tool.prepare(args, ctx)?;
+                            registered.definition.check_nested(args).map(|()| call)
+                        };
                         let attempt = match prepare(&args) {
                             Ok(call) => Ok(Some(call)),
                             Err(err) if !more => Err(err),

@@ -180,18 +180,7 @@ impl Executor {
         let observed = self.observe(telemetry, def.story, ctx);
         let prepared = async {
             let call = tool.prepare(&args, ctx)?;
-            if let (Some(nested), Value::Object(object)) = (&def.nested, &args) {
-                nested.check(object).map_err(|refused| {
-                    let field = Some(refused.field.as_str());
-                    texts::invalid_arguments(
-                        &def.name,
-                        &refused.path,
-                        &refused.problem,
-                        field,
-                        None,
-                    )
-                })?;
-            }
+            def.check_nested(&args)?;
             // A call without a key has no record to count its failures under: it is counted in
             // memory by its tool and the arguments that define it.
             let tally = (def.story != Story::Idempotent)
