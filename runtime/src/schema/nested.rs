@@ -319,18 +319,17 @@ impl<'s> Reader<'s> {
             return vec![Form::Any];
         }
         self.budget -= 1;
-        let unread = [
-            "allOf",
-            "not",
-            "if",
-            "patternProperties",
-            "unevaluatedProperties",
-        ];
+        let unread = ["allOf", "not", "if", "unevaluatedProperties"];
         if unread.iter().any(|k| map.contains_key(*k)) {
             return vec![Form::Any];
         }
         let union = ["anyOf", "oneOf"].iter().find_map(|k| map.get(*k));
-        let object_words = ["properties", "additionalProperties", "required"];
+        let object_words = [
+            "properties",
+            "additionalProperties",
+            "patternProperties",
+            "required",
+        ];
         let objectish = object_words.iter().any(|k| map.contains_key(*k));
         if let Some(union) = union {
             let Value::Array(branches) = union else {
@@ -404,6 +403,17 @@ impl<'s> Reader<'s> {
             Some(Value::Bool(false)) => object.open = false,
             Some(other @ Value::Object(_)) => object.other = Some(self.shape(other, depth - 1)),
             _ => {}
+        }
+        if let Some(patterns) = map.get("patternProperties") {
+            // A map keyed by numbers (`"^\d+$"`), whose keys serde has read: each value is
+            // the pattern's, where there is one pattern and nothing else takes other fields.
+            object.open = true;
+            match patterns.as_object().map(|p| p.values().collect::<Vec<_>>()) {
+                Some(values) if values.len() == 1 && object.other.is_none() => {
+                    object.other = Some(self.shape(values[0], depth - 1));
+                }
+                _ => object.other = None,
+            }
         }
         object
     }
@@ -704,5 +714,89 @@ mod tests {
         wrong["internal"][0]["iban"] = json!("DE00");
         let refused = nested.check(wrong.as_object().unwrap()).unwrap_err();
         assert_eq!(refused.field, "internal[0].iban");
+    }
+
+    /// More shapes serde writes: transparent and boxed structs, options of arrays and arrays of
+    /// options, sets of structs, maps keyed by numbers, `#[serde(other)]`, a struct that denies
+    /// unknown fields itself, defaults, and a field whose schema is written by hand.
+    #[test]
+    fn what_serde_writes_in_other_shapes_is_taken() {
+        use schemars::JsonSchema;
+        use serde::Serialize;
+        use std::collections::{BTreeMap, BTreeSet};
+
+        #[derive(Serialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+        struct Tag {
+            name: String,
+        }
+        #[derive(Serialize, JsonSchema)]
+        #[serde(transparent)]
+        struct Wrapper(Tag);
+        #[derive(Serialize, JsonSchema)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        enum Kind {
+            Known {
+                tag: Tag,
+            },
+            #[serde(other)]
+            Unknown,
+        }
+        #[derive(Serialize, JsonSchema, Default)]
+        #[serde(deny_unknown_fields, default)]
+        struct Strict {
+            a: u8,
+            b: Option<Tag>,
+        }
+        fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            schemars::json_schema!({"type": "object"})
+        }
+        #[derive(Serialize, JsonSchema)]
+        struct Args {
+            wrapped: Wrapper,
+            boxed: Box<Tag>,
+            maybe_many: Option<Vec<Tag>>,
+            many_maybe: Vec<Option<Tag>>,
+            set: BTreeSet<Tag>,
+            by_number: BTreeMap<u32, Tag>,
+            kinds: Vec<Kind>,
+            strict: Strict,
+            #[schemars(schema_with = "free_form")]
+            free: Value,
+        }
+        let tag = |n: &str| Tag { name: n.into() };
+        let args = Args {
+            wrapped: Wrapper(tag("w")),
+            boxed: Box::new(tag("b")),
+            maybe_many: Some(vec![tag("m")]),
+            many_maybe: vec![None, Some(tag("x"))],
+            set: BTreeSet::from([tag("s"), tag("t")]),
+            by_number: BTreeMap::from([(7, tag("seven"))]),
+            kinds: vec![Kind::Known { tag: tag("k") }, Kind::Unknown],
+            strict: Strict { a: 1, b: None },
+            free: json!({"anything": {"at": "all"}}),
+        };
+        let schema = crate::schema::schema_for::<Args>();
+        let nested = Nested::of(&schema).expect("closed objects below the top");
+        let value = serde_json::to_value(&args).unwrap();
+        assert_eq!(nested.check(value.as_object().unwrap()), Ok(()));
+        for (at, wrong) in [
+            ("wrapped", json!({"name": "w", "nam": 1})),
+            ("boxed", json!({"nme": "b"})),
+            ("maybe_many", json!([{"name": "m"}, {"names": "n"}])),
+            ("many_maybe", json!([null, {"name": "x", "x": 1}])),
+            ("set", json!([{"name": "s", "other": true}])),
+            ("by_number", json!({"7": {"name": "seven", "n": 7}})),
+            (
+                "kinds",
+                json!([{"kind": "known", "tag": {"name": "k", "extra": 1}}]),
+            ),
+        ] {
+            let mut call = value.clone();
+            call[at] = wrong;
+            assert!(
+                nested.check(call.as_object().unwrap()).is_err(),
+                "{at}: refused"
+            );
+        }
     }
 }
