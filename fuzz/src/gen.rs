@@ -431,10 +431,22 @@ impl<'a> Gen<'a> {
     }
 
     /// `value` with zero or more small breaks: a field dropped, added, nulled, or replaced by
-    /// any JSON, anywhere in the tree.
+    /// any JSON, anywhere in the tree; sometimes a field added to an object below the top (a
+    /// misspelling the model makes inside a nested struct, which serde alone would drop).
     pub fn mutate(&mut self, mut value: Value) -> Value {
         for _ in 0..self.range(0, 3) {
             self.mutate_once(&mut value, 0);
+        }
+        if self.chance(1, 8) {
+            let mut objects = Vec::new();
+            nested_objects(&value, &mut Vec::new(), &mut objects);
+            if !objects.is_empty() {
+                let path = objects.swap_remove(self.index(objects.len()));
+                let (key, v) = (self.key(), self.json_at(MAX_DEPTH));
+                if let Some(Value::Object(map)) = at_path(&mut value, &path) {
+                    map.insert(key, v);
+                }
+            }
         }
         value
     }
@@ -477,6 +489,52 @@ impl<'a> Gen<'a> {
             _ => *value = self.json_at(depth),
         }
     }
+}
+
+/// A step from a value to one inside it.
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The path of every object below the top of `value`, `at` being the path to it.
+fn nested_objects(value: &Value, at: &mut Vec<Step>, into: &mut Vec<Vec<Step>>) {
+    let copy = |at: &[Step]| {
+        at.iter()
+            .map(|step| match step {
+                Step::Key(k) => Step::Key(k.clone()),
+                Step::Index(i) => Step::Index(*i),
+            })
+            .collect()
+    };
+    match value {
+        Value::Object(map) => {
+            if !at.is_empty() {
+                into.push(copy(at));
+            }
+            for (k, v) in map {
+                at.push(Step::Key(k.clone()));
+                nested_objects(v, at, into);
+                at.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                at.push(Step::Index(i));
+                nested_objects(v, at, into);
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The value at `path` in `value`.
+fn at_path<'v>(value: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
+    path.iter().try_fold(value, |v, step| match step {
+        Step::Key(k) => v.get_mut(k.as_str()),
+        Step::Index(i) => v.get_mut(*i),
+    })
 }
 
 /// A JSON integer for any value in i64 or u64 range (others clamp).
