@@ -20,6 +20,8 @@ struct Warehouse {
     gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
     /// Set to make the next slow pick report that it cannot tell whether it picked.
     unsure_once: std::sync::atomic::AtomicBool,
+    /// How long a late-blocking pick waits on a timer before it blocks (20 ms unless set).
+    late: Mutex<Option<Duration>>,
 }
 
 impl Warehouse {
@@ -700,7 +702,12 @@ async fn a_step_whose_reserve_reply_was_lost_runs_once_when_the_body_tries_it_ag
 /// called once an asynchronous first step is done.
 #[tool(idempotent(key = "late-block-pick:<order>", recover = find_pick), lease = "300ms")]
 async fn late_block_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let late = warehouse
+        .late
+        .lock()
+        .unwrap()
+        .unwrap_or(Duration::from_millis(20));
+    tokio::time::sleep(late).await;
     Ok(warehouse.pick(&order).await)
 }
 
@@ -713,9 +720,30 @@ async fn late_block_pick(warehouse: State<Warehouse>, order: String) -> Result<S
 /// ledger has one pick.
 #[test]
 fn a_body_that_blocks_its_worker_after_a_timer_keeps_its_lease() {
+    late_block_keeps_its_lease(MemoryStore::new(), Duration::from_millis(20));
+}
+
+/// The same when the worker blocks while a renewal is under way: the renewal waits on the
+/// store (here 30 ms, on a timer; a server store waits on the runtime's I/O, which the same
+/// stall holds up), and the body, woken at 105 ms, blocks its worker before the renewal
+/// started at 100 ms ends. The watch looked only at renewals due, not at those under way: the
+/// renewal never ended, the lease lapsed, and the retry picked a second time.
+#[test]
+fn a_body_that_blocks_its_worker_while_a_renewal_is_under_way_keeps_its_lease() {
+    let slow_renewals = (0..20).map(|_| (Op::Renew, Fault::Delay(Duration::from_millis(30))));
+    let store = FaultyStore::new(MemoryStore::new(), Plan::script(slow_renewals));
+    late_block_keeps_its_lease(store, Duration::from_millis(105));
+}
+
+/// A late-blocking pick on a 2-worker runtime, waiting `late` on a timer and then blocking
+/// its worker for 900 ms, past three 300 ms leases: a retry from another runtime at 500 ms
+/// finds it in progress, and the ledger has one pick.
+fn late_block_keeps_its_lease(store: impl Store, late: Duration) {
     let warehouse = Arc::new(Warehouse::default());
     *warehouse.block.lock().unwrap() = Duration::from_millis(900);
+    *warehouse.late.lock().unwrap() = Some(late);
     let toolbox = Toolbox::builder()
+        .store(store)
         .shared_state(warehouse.clone())
         .tool(LateBlockPick)
         .build()

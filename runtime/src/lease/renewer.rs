@@ -16,9 +16,12 @@
 //! woke from the timer driver runs a task that blocks its thread, and the other workers sleep
 //! on their own, none of them on the driver, so no timer fires until one is woken (tokio issue
 //! 4730). A renewer sleeping on its timer then renews nothing, and the blocked body's lease
-//! lapses. One thread of the process watches every such runtime's renewer: when a renewal is
-//! overdue, it wakes the renewer from outside the runtime, which wakes a sleeping worker; that
-//! worker runs the renewer and then sleeps on the driver, so the runtime's timers fire again.
+//! lapses; a renewal under way, waiting on the store's I/O or a timer, never ends. One thread of
+//! the process watches every such runtime's renewer: when a renewal has been due, or under
+//! way, for more than an eighth of its period, it wakes the renewer from outside the runtime,
+//! which wakes a sleeping worker; that worker runs the renewer and then sleeps on the driver, so
+//! the runtime's timers and I/O go on again.
+//!
 //! The watch sleeps until the earliest renewal is overdue (and no longer than half the shortest
 //! renewal period it has seen, so a registration made meanwhile is watched too), and parks
 //! while no runtime has registered a lease since it last looked: a registration costs it one
@@ -67,6 +70,7 @@ impl Registration {
             lease,
             renewals: Renewals::of_current(),
             due: Some(due),
+            since: None,
             lost: false,
         };
         let (id, wake) = {
@@ -117,6 +121,9 @@ impl Drop for Registration {
             if let Some(due) = held.as_ref().and_then(|held| held.due) {
                 state.due.remove(&(due, self.id));
             }
+            if let Some(since) = held.as_ref().and_then(|held| held.since) {
+                state.started.remove(&(since, self.id));
+            }
             held
         };
         // The store and the key are let go of outside the lock.
@@ -146,6 +153,8 @@ struct State {
     held: HashMap<u64, Held>,
     /// When each lease's next renewal is due, earliest first.
     due: BTreeSet<(Instant, u64)>,
+    /// When each renewal under way started, earliest first.
+    started: BTreeSet<(Instant, u64)>,
     next_id: u64,
     /// When the task wakes by itself; none while it waits to be woken.
     wakes_at: Option<Instant>,
@@ -166,6 +175,8 @@ struct Held {
     renewals: Renewals,
     /// When its next renewal is due: none while one is under way, or once the lease was lost.
     due: Option<Instant>,
+    /// When its renewal under way started: none while none is.
+    since: Option<Instant>,
     lost: bool,
 }
 
@@ -271,7 +282,9 @@ async fn run(ended: Ended) {
                 state.due.pop_first();
                 if let Some(held) = state.held.get_mut(&id) {
                     held.due = None;
+                    held.since = Some(now);
                     under_way.push(renew(id, held));
+                    state.started.insert((now, id));
                 }
             }
             let next = state.due.first().map(|&(at, _)| at);
@@ -313,6 +326,7 @@ fn settle(renewer: &Renewer, id: u64, next: Option<Duration>) {
     let Some(held) = state.held.get_mut(&id) else {
         return;
     };
+    let since = held.since.take();
     match next {
         Some(wait) => {
             let due = now + wait;
@@ -320,6 +334,9 @@ fn settle(renewer: &Renewer, id: u64, next: Option<Duration>) {
             state.due.insert((due, id));
         }
         None => held.lost = true,
+    }
+    if let Some(since) = since {
+        state.started.remove(&(since, id));
     }
 }
 
@@ -406,8 +423,8 @@ mod watch {
     }
 
     /// When to look at `renewer` again (none while it holds nothing and was not registered with
-    /// since the last look), and whether its earliest renewal is overdue: due more than an
-    /// eighth of its period ago, when the renewer would have started it.
+    /// since the last look), and whether a renewal is overdue: due more than an eighth of its
+    /// period ago, when the renewer would have started it, or under way for longer than that.
     pub(super) fn look_at(renewer: &Renewer, now: Instant) -> (Option<Instant>, bool) {
         let mut state = renewer.lock();
         let fresh = state.next_id != state.looked;
@@ -418,7 +435,12 @@ mod watch {
         let half = state.shortest.map_or(Duration::from_millis(5), |p| p / 2);
         let mut again = now + half;
         let mut overdue = false;
-        if let Some(&(at, id)) = state.due.first() {
+        // The earliest renewal due, and the earliest under way: one under way waits on the
+        // runtime's timers or I/O too, which the same stall holds up.
+        for first in [state.due.first(), state.started.first()] {
+            let Some(&(at, id)) = first else {
+                continue;
+            };
             let grace = state
                 .held
                 .get(&id)
@@ -509,6 +531,7 @@ mod tests {
         assert_eq!(held(&renewer), (1, 1));
         tokio::time::sleep(Duration::from_millis(350)).await;
         assert_eq!(store.calls(Op::Renew), 3, "renewed at 100, 200 and 300 ms");
+        assert!(renewer.lock().started.is_empty(), "none under way");
         assert!(!registration.lost());
         drop(registration);
         assert_eq!(held(&renewer), (0, 0));
@@ -701,7 +724,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(store.calls(Op::Renew), 1);
         assert_eq!(held(&renewer), (1, 0), "under way: held, nothing due");
+        assert_eq!(renewer.lock().started.len(), 1, "under way since 100 ms");
         drop(registration);
+        assert_eq!(renewer.lock().started.len(), 0);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(held(&renewer), (0, 0));
         assert_eq!(store.calls(Op::Renew), 1);
