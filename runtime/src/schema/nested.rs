@@ -46,8 +46,11 @@ enum Form {
     Any,
     /// An object.
     Object(Object),
-    /// An array whose items are each the shape given, if any.
-    Array(Option<usize>),
+    /// An array: the shapes of its first items, each its own (a tuple), and of the items after
+    /// them, if the schema gives them.
+    Array(Vec<usize>, Option<usize>),
+    /// The forms of another shape: a `$defs` entry, read once however often it is named.
+    Ref(usize),
     /// A value of another kind (a string, a number, `null`): not an object or an array.
     Other,
 }
@@ -105,15 +108,37 @@ impl Nested {
         Ok(())
     }
 
+    /// The forms of shape `id`, those it refers to in their place (a reference cycle, which
+    /// says nothing, leaves nothing).
+    fn forms(&self, id: usize) -> Vec<&Form> {
+        let mut forms = Vec::new();
+        let mut seen = vec![id];
+        self.gather(id, &mut forms, &mut seen);
+        forms
+    }
+
+    fn gather<'n>(&'n self, id: usize, forms: &mut Vec<&'n Form>, seen: &mut Vec<usize>) {
+        for form in &self.shapes[id] {
+            match form {
+                Form::Ref(to) if !seen.contains(to) => {
+                    seen.push(*to);
+                    self.gather(*to, forms, seen);
+                }
+                Form::Ref(_) => {}
+                form => forms.push(form),
+            }
+        }
+    }
+
     fn check_value(&self, id: usize, value: &Value, at: &At<'_>) -> Result<(), Refusal> {
-        let forms = &self.shapes[id];
+        let forms = self.forms(id);
         if forms.iter().any(|f| matches!(f, Form::Any)) {
             return Ok(());
         }
         match value {
             Value::Object(map) => {
                 let objects = || {
-                    (forms.iter())
+                    (forms.iter().copied())
                         .filter_map(|f| match f {
                             Form::Object(object) => Some(object),
                             _ => None,
@@ -137,20 +162,33 @@ impl Nested {
                         }
                     }
                 }
-                // No object form (serde read it as a custom type does): nothing to check.
-                best.map_or(Ok(()), |(_, refusal)| Err(refusal))
+                if let Some((_, refusal)) = best {
+                    return Err(refusal);
+                }
+                // No object form whose tags agree: a tag no form holds (serde reads it as a
+                // `#[serde(other)]` variant, dropping the other fields), or no object form at all
+                // (serde read it as a custom type does: nothing to check).
+                match no_form_holds(&forms, map) {
+                    Some((tag, problem)) => Err(Refusal {
+                        path: at.to_string(),
+                        problem,
+                        field: format!("{at}.{tag}"),
+                    }),
+                    None => Ok(()),
+                }
             }
             Value::Array(items) => {
                 let mut first = None;
                 for form in forms {
-                    let Form::Array(shape) = form else {
+                    let Form::Array(prefix, rest) = form else {
                         continue;
                     };
-                    let Some(shape) = *shape else {
-                        return Ok(());
-                    };
-                    let checked = (items.iter().enumerate())
-                        .try_for_each(|(i, item)| self.check_value(shape, item, &At::Index(at, i)));
+                    let shape_of = |i: usize| prefix.get(i).copied().or(*rest);
+                    let checked = (items.iter().enumerate()).try_for_each(|(i, item)| {
+                        shape_of(i).map_or(Ok(()), |shape| {
+                            self.check_value(shape, item, &At::Index(at, i))
+                        })
+                    });
                     match checked {
                         Ok(()) => return Ok(()),
                         Err(refusal) => {
@@ -210,6 +248,33 @@ impl std::fmt::Display for At<'_> {
     }
 }
 
+/// The tag in `map` that no object form of `forms` holds its value for, and the problem in
+/// words: none when some object form's tags agree, or there is no object form.
+fn no_form_holds(forms: &[&Form], map: &Map<String, Value>) -> Option<(String, String)> {
+    let objects: Vec<&Object> = (forms.iter())
+        .filter_map(|f| match f {
+            Form::Object(object) => Some(object),
+            _ => None,
+        })
+        .collect();
+    let first = objects.first()?;
+    let (tag, value) = (first.tags.iter())
+        .find_map(|(tag, held)| map.get(tag).filter(|v| *v != held).map(|v| (tag, v)))?;
+    let mut held: Vec<String> = Vec::new();
+    for object in &objects {
+        for (name, value) in &object.tags {
+            if name == tag && !held.contains(&value.to_string()) {
+                held.push(value.to_string());
+            }
+        }
+    }
+    let problem = format!(
+        "field `{tag}` holds {value}, which no form of it takes: expected one of {}",
+        held.join(", ")
+    );
+    Some((tag.clone(), problem))
+}
+
 /// True when `object` takes a field named `name`.
 fn takes(object: &Object, name: &str) -> bool {
     object.open || object.properties.contains_key(name)
@@ -260,7 +325,8 @@ fn closing(shapes: &[Vec<Form>]) -> Vec<bool> {
                 Form::Object(o) => {
                     (o.properties.values().chain(&o.other)).any(|&inner| closing[inner])
                 }
-                Form::Array(Some(inner)) => closing[*inner],
+                Form::Array(prefix, rest) => prefix.iter().chain(rest).any(|&i| closing[i]),
+                Form::Ref(inner) => closing[*inner],
                 _ => false,
             });
             if holds {
@@ -287,22 +353,27 @@ impl<'s> Reader<'s> {
     /// The shape of a value described by `schema`.
     fn shape(&mut self, schema: &'s Value, depth: usize) -> usize {
         if let Some(name) = only_ref(schema) {
-            if let Some(&id) = self.refs.get(name) {
-                return id;
-            }
-            let id = self.shapes.len();
-            self.shapes.push(vec![Form::Any]);
-            self.refs.insert(name, id);
-            let forms = match self.def(name) {
-                Some(def) => self.forms(def, depth),
-                None => vec![Form::Any],
-            };
-            self.shapes[id] = forms;
-            return id;
+            return self.def_shape(name, depth);
         }
         let id = self.shapes.len();
         self.shapes.push(vec![Form::Any]);
         self.shapes[id] = self.forms(schema, depth);
+        id
+    }
+
+    /// The shape of `$defs` entry `name`, read the first time it is named.
+    fn def_shape(&mut self, name: &'s str, depth: usize) -> usize {
+        if let Some(&id) = self.refs.get(name) {
+            return id;
+        }
+        let id = self.shapes.len();
+        self.shapes.push(vec![Form::Any]);
+        self.refs.insert(name, id);
+        let forms = match self.def(name) {
+            Some(def) => self.forms(def, depth),
+            None => vec![Form::Any],
+        };
+        self.shapes[id] = forms;
         id
     }
 
@@ -341,7 +412,10 @@ impl<'s> Reader<'s> {
             }
             let mut forms = Vec::new();
             for branch in branches {
-                forms.extend(self.forms(branch, depth - 1));
+                match only_ref(branch) {
+                    Some(name) => forms.push(Form::Ref(self.def_shape(name, depth - 1))),
+                    None => forms.extend(self.forms(branch, depth - 1)),
+                }
             }
             return forms;
         }
@@ -349,9 +423,8 @@ impl<'s> Reader<'s> {
             if objectish {
                 return vec![Form::Any];
             }
-            let name = name.strip_prefix("#/$defs/");
-            return match name.and_then(|name| self.def(name)) {
-                Some(def) => self.forms(def, depth - 1),
+            return match name.strip_prefix("#/$defs/") {
+                Some(name) => vec![Form::Ref(self.def_shape(name, depth - 1))],
                 None => vec![Form::Any],
             };
         }
@@ -360,7 +433,8 @@ impl<'s> Reader<'s> {
             Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
             _ => Vec::new(),
         };
-        if types.is_empty() && !objectish && !map.contains_key("items") {
+        let arrayish = map.contains_key("items") || map.contains_key("prefixItems");
+        if types.is_empty() && !objectish && !arrayish {
             // `{}`, an `enum` or a `const` of no declared type: nothing read here.
             return vec![Form::Any];
         }
@@ -368,14 +442,18 @@ impl<'s> Reader<'s> {
         if types.contains(&"object") || (types.is_empty() && objectish) {
             forms.push(Form::Object(self.object(map, depth)));
         }
-        if types.contains(&"array") || (types.is_empty() && map.contains_key("items")) {
-            let items = match map.get("items") {
-                Some(items) if map.get("prefixItems").is_none() => {
-                    Some(self.shape(items, depth - 1))
-                }
+        if types.contains(&"array") || (types.is_empty() && arrayish) {
+            let prefix = match map.get("prefixItems") {
+                Some(Value::Array(first)) => (first.iter())
+                    .map(|item| self.shape(item, depth - 1))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let rest = match map.get("items") {
+                Some(items @ Value::Object(_)) => Some(self.shape(items, depth - 1)),
                 _ => None,
             };
-            forms.push(Form::Array(items));
+            forms.push(Form::Array(prefix, rest));
         }
         if types.iter().any(|t| *t != "object" && *t != "array") {
             forms.push(Form::Other);
@@ -762,6 +840,7 @@ mod tests {
             strict: Strict,
             #[schemars(schema_with = "free_form")]
             free: Value,
+            pair: (Tag, u8),
         }
         let tag = |n: &str| Tag { name: n.into() };
         let args = Args {
@@ -774,6 +853,7 @@ mod tests {
             kinds: vec![Kind::Known { tag: tag("k") }, Kind::Unknown],
             strict: Strict { a: 1, b: None },
             free: json!({"anything": {"at": "all"}}),
+            pair: (tag("p"), 1),
         };
         let schema = crate::schema::schema_for::<Args>();
         let nested = Nested::of(&schema).expect("closed objects below the top");
@@ -790,6 +870,7 @@ mod tests {
                 "kinds",
                 json!([{"kind": "known", "tag": {"name": "k", "extra": 1}}]),
             ),
+            ("pair", json!([{"name": "p", "nmae": "q"}, 1])),
         ] {
             let mut call = value.clone();
             call[at] = wrong;
@@ -797,6 +878,66 @@ mod tests {
                 nested.check(call.as_object().unwrap()).is_err(),
                 "{at}: refused"
             );
+        }
+        // A tag no variant holds is read by serde as the `other` variant, the fields beside it
+        // dropped: refused, as the schema refuses it.
+        let mut call = value;
+        call["kinds"] = json!([{"kind": "whatever", "tag": {"name": "k"}}]);
+        let refused = nested.check(call.as_object().unwrap()).unwrap_err();
+        assert_eq!(refused.field, "kinds[0].kind");
+        assert_eq!(
+            refused.problem,
+            "field `kind` holds \"whatever\", which no form of it takes: expected one of \"known\", \"unknown\""
+        );
+    }
+
+    /// A type that names itself twice (a binary tree) is read once, not once per level: read
+    /// again at each level, it doubled the reading per level until the budget ran out, and
+    /// every field read after that, the tree's and the other parameters', was taken unchecked.
+    #[test]
+    fn a_type_that_names_itself_twice_is_read_once() {
+        use schemars::JsonSchema;
+        use serde::Serialize;
+
+        #[derive(Serialize, JsonSchema)]
+        struct Node {
+            v: u8,
+            left: Option<Box<Node>>,
+            right: Option<Box<Node>>,
+        }
+        #[derive(Serialize, JsonSchema)]
+        struct Card {
+            last4: String,
+        }
+        #[derive(Serialize, JsonSchema)]
+        struct Args {
+            a_tree: Node,
+            z_card: Card,
+        }
+        let schema = crate::schema::schema_for::<Args>();
+        let nested = Nested::of(&schema).unwrap();
+        assert!(nested.shapes.len() < 16, "{} shapes", nested.shapes.len());
+        let mut deep = json!({"v": 0, "left": null, "rigth": null});
+        for v in 1..14 {
+            deep = json!({"v": v, "left": deep, "right": null});
+        }
+        for (args, field) in [
+            (
+                json!({"a_tree": {"v": 1, "left": null, "right": null},
+                       "z_card": {"last4": "1", "lst4": "2"}}),
+                "z_card.lst4",
+            ),
+            (
+                json!({"a_tree": {"v": 1, "left": {"v": 2, "rigth": null}}, "z_card": {"last4": "1"}}),
+                "a_tree.left.rigth",
+            ),
+            (
+                json!({"a_tree": deep, "z_card": {"last4": "1"}}),
+                "a_tree.left.left.left.left.left.left.left.left.left.left.left.left.left.rigth",
+            ),
+        ] {
+            let refused = nested.check(args.as_object().unwrap()).unwrap_err();
+            assert_eq!(refused.field, field);
         }
     }
 }
