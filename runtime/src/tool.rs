@@ -262,14 +262,22 @@ enum Parameter {
 }
 
 impl ToolDefinition {
-    /// Checks the objects below the top level of `args`, which the tool's arguments type has
-    /// read: a field their schema does not take there is refused, naming it (see
-    /// [`Nested`](crate::schema::Nested)).
-    pub(crate) fn check_nested(&self, args: &Value) -> Result<(), ToolError> {
+    /// Prepares a call of `tool`, which this definition (as the toolbox holds it) describes:
+    /// its arguments read by the tool's type, then the objects below their top level checked,
+    /// a field their schema does not take there refused, naming it (see
+    /// [`Nested`](crate::schema::Nested)). Every reading of a call's arguments goes through
+    /// here: the call's own, its status companion's, and an MCP task's.
+    pub(crate) fn prepare(
+        &self,
+        tool: &dyn Tool,
+        args: &Value,
+        ctx: &crate::ToolContext,
+    ) -> Result<Call, ToolError> {
+        let call = tool.prepare(args, ctx)?;
         let (Some(nested), Value::Object(object)) = (&self.nested, args) else {
-            return Ok(());
+            return Ok(call);
         };
-        nested.check(object).map_err(|refused| {
+        nested.check(object).map(|()| call).map_err(|refused| {
             let field = Some(refused.field.as_str());
             crate::texts::invalid_arguments(
                 &self.name,

@@ -586,10 +586,8 @@ impl Toolbox {
                 let mut note = None;
                 let whole = match self.inner.entries.get(target.as_str()) {
                     Some(Entry::Tool(registered)) if (more || !checks_more) && by_key.is_ok() => {
-                        // The target's reading: its type's, then its nested objects'.
                         let prepare = |args: &Value| {
-                            let call = registered.tool.prepare(args, ctx)?;
-                            registered.definition.check_nested(args).map(|()| call)
+                            registered.definition.prepare(&*registered.tool, args, ctx)
                         };
                         let attempt = match prepare(&args) {
                             Ok(call) => Ok(Some(call)),
@@ -648,7 +646,8 @@ impl Toolbox {
         if registered.definition.story != Story::Idempotent {
             return None;
         }
-        let call = registered.tool.prepare(args, ctx).ok()?;
+        let definition = &registered.definition;
+        let call = definition.prepare(&*registered.tool, args, ctx).ok()?;
         let key = call.key?;
         Some((RecordKey::new(ctx.scope(), key.as_str()), call.fingerprint?))
     }

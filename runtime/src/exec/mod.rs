@@ -179,8 +179,7 @@ impl Executor {
     ) -> Result<ToolOutput, ToolError> {
         let observed = self.observe(telemetry, def.story, ctx);
         let prepared = async {
-            let call = tool.prepare(&args, ctx)?;
-            def.check_nested(&args)?;
+            let call = def.prepare(tool, &args, ctx)?;
             // A call without a key has no record to count its failures under: it is counted in
             // memory by its tool and the arguments that define it.
             let tally = (def.story != Story::Idempotent)
