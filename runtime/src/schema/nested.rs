@@ -36,6 +36,9 @@ pub(crate) struct Nested {
     shapes: Vec<Vec<Form>>,
     /// The top-level fields whose values hold a closed object somewhere.
     fields: BTreeMap<String, usize>,
+    /// Each shape's forms, those it refers to in their place, as (shape, form) indices: found
+    /// once, so a call follows no reference.
+    resolved: Vec<Vec<(usize, usize)>>,
 }
 
 /// One way a value may be written.
@@ -94,7 +97,12 @@ impl Nested {
         let closing = closing(&shapes);
         let fields: BTreeMap<String, usize> =
             (read.into_iter()).filter(|(_, id)| closing[*id]).collect();
-        (!fields.is_empty()).then_some(Nested { shapes, fields })
+        let resolved = (0..shapes.len()).map(|id| resolve(&shapes, id)).collect();
+        (!fields.is_empty()).then_some(Nested {
+            shapes,
+            fields,
+            resolved,
+        })
     }
 
     /// Checks the objects below the top level of `args`: `Err` names the first object that
@@ -108,37 +116,20 @@ impl Nested {
         Ok(())
     }
 
-    /// The forms of shape `id`, those it refers to in their place (a reference cycle, which
-    /// says nothing, leaves nothing).
-    fn forms(&self, id: usize) -> Vec<&Form> {
-        let mut forms = Vec::new();
-        let mut seen = vec![id];
-        self.gather(id, &mut forms, &mut seen);
-        forms
-    }
-
-    fn gather<'n>(&'n self, id: usize, forms: &mut Vec<&'n Form>, seen: &mut Vec<usize>) {
-        for form in &self.shapes[id] {
-            match form {
-                Form::Ref(to) if !seen.contains(to) => {
-                    seen.push(*to);
-                    self.gather(*to, forms, seen);
-                }
-                Form::Ref(_) => {}
-                form => forms.push(form),
-            }
-        }
+    /// The forms of shape `id`, those it refers to in their place.
+    fn forms(&self, id: usize) -> impl Iterator<Item = &Form> + Clone {
+        (self.resolved[id].iter()).map(|&(shape, form)| &self.shapes[shape][form])
     }
 
     fn check_value(&self, id: usize, value: &Value, at: &At<'_>) -> Result<(), Refusal> {
         let forms = self.forms(id);
-        if forms.iter().any(|f| matches!(f, Form::Any)) {
+        if forms.clone().any(|f| matches!(f, Form::Any)) {
             return Ok(());
         }
         match value {
             Value::Object(map) => {
                 let objects = || {
-                    (forms.iter().copied())
+                    (forms.clone())
                         .filter_map(|f| match f {
                             Form::Object(object) => Some(object),
                             _ => None,
@@ -168,7 +159,7 @@ impl Nested {
                 // No object form whose tags agree: a tag no form holds (serde reads it as a
                 // `#[serde(other)]` variant, dropping the other fields), or no object form at all
                 // (serde read it as a custom type does: nothing to check).
-                match no_form_holds(&forms, map) {
+                match no_form_holds(forms, map) {
                     Some((tag, problem)) => Err(Refusal {
                         path: at.to_string(),
                         problem,
@@ -250,8 +241,11 @@ impl std::fmt::Display for At<'_> {
 
 /// The tag in `map` that no object form of `forms` holds its value for, and the problem in
 /// words: none when some object form's tags agree, or there is no object form.
-fn no_form_holds(forms: &[&Form], map: &Map<String, Value>) -> Option<(String, String)> {
-    let objects: Vec<&Object> = (forms.iter())
+fn no_form_holds<'f>(
+    forms: impl Iterator<Item = &'f Form>,
+    map: &Map<String, Value>,
+) -> Option<(String, String)> {
+    let objects: Vec<&Object> = forms
         .filter_map(|f| match f {
             Form::Object(object) => Some(object),
             _ => None,
@@ -303,6 +297,31 @@ fn not_taken(name: &str, object: &Object, objects: &[&Object]) -> String {
     } else {
         format!("unknown field `{name}`, expected one of {}", names(objects))
     }
+}
+
+/// The forms of shape `id` in `shapes`, those it refers to in their place, as (shape, form)
+/// indices (a reference cycle, which says nothing, adds nothing).
+fn resolve(shapes: &[Vec<Form>], id: usize) -> Vec<(usize, usize)> {
+    fn gather(
+        shapes: &[Vec<Form>],
+        id: usize,
+        forms: &mut Vec<(usize, usize)>,
+        seen: &mut Vec<usize>,
+    ) {
+        for (i, form) in shapes[id].iter().enumerate() {
+            match form {
+                Form::Ref(to) if !seen.contains(to) => {
+                    seen.push(*to);
+                    gather(shapes, *to, forms, seen);
+                }
+                Form::Ref(_) => {}
+                _ => forms.push((id, i)),
+            }
+        }
+    }
+    let mut forms = Vec::new();
+    gather(shapes, id, &mut forms, &mut vec![id]);
+    forms
 }
 
 /// For each shape, whether a value there may hold a closed object: where the check has work.
