@@ -128,7 +128,7 @@ fn close(schema: &mut Value, may_close: bool) {
 }
 
 /// The local definition a `$ref` names: `#/$defs/Name` (or `#/definitions/Name`).
-fn def_name(reference: &str) -> Option<String> {
+pub(crate) fn def_name(reference: &str) -> Option<String> {
     let name = reference
         .strip_prefix("#/$defs/")
         .or_else(|| reference.strip_prefix("#/definitions/"))?;

@@ -83,7 +83,7 @@ impl Nested {
     /// canonical root schema): none when no closed object is below it.
     pub(crate) fn of(schema: &Value) -> Option<Nested> {
         let mut reader = Reader {
-            defs: schema.get("$defs").and_then(Value::as_object),
+            root: schema,
             shapes: Vec::new(),
             refs: HashMap::new(),
             budget: BUDGET,
@@ -361,9 +361,10 @@ fn closing(shapes: &[Vec<Form>]) -> Vec<bool> {
 
 /// Reads schemas into shapes, each `$ref` once.
 struct Reader<'s> {
-    defs: Option<&'s Map<String, Value>>,
+    /// The root schema, which holds the definitions `$ref`s name.
+    root: &'s Value,
     shapes: Vec<Vec<Form>>,
-    refs: HashMap<&'s str, usize>,
+    refs: HashMap<String, usize>,
     /// How many more schemas may be read.
     budget: usize,
 }
@@ -380,15 +381,16 @@ impl<'s> Reader<'s> {
         id
     }
 
-    /// The shape of `$defs` entry `name`, read the first time it is named.
-    fn def_shape(&mut self, name: &'s str, depth: usize) -> usize {
-        if let Some(&id) = self.refs.get(name) {
+    /// The shape of definition `name`, read the first time it is named.
+    fn def_shape(&mut self, name: String, depth: usize) -> usize {
+        if let Some(&id) = self.refs.get(&name) {
             return id;
         }
         let id = self.shapes.len();
         self.shapes.push(vec![Form::Any]);
+        let def = self.def(&name);
         self.refs.insert(name, id);
-        let forms = match self.def(name) {
+        let forms = match def {
             Some(def) => self.forms(def, depth),
             None => vec![Form::Any],
         };
@@ -396,8 +398,11 @@ impl<'s> Reader<'s> {
         id
     }
 
+    /// Definition `name` of the root schema, in `$defs` or `definitions`.
     fn def(&self, name: &str) -> Option<&'s Value> {
-        self.defs?.get(name)
+        let root = self.root;
+        (root.get("$defs").and_then(|defs| defs.get(name)))
+            .or_else(|| root.get("definitions")?.get(name))
     }
 
     /// The forms `schema` gives a value.
@@ -442,7 +447,7 @@ impl<'s> Reader<'s> {
             if objectish {
                 return vec![Form::Any];
             }
-            return match name.strip_prefix("#/$defs/") {
+            return match crate::export::def_name(name) {
                 Some(name) => vec![Form::Ref(self.def_shape(name, depth - 1))],
                 None => vec![Form::Any],
             };
@@ -516,10 +521,10 @@ impl<'s> Reader<'s> {
     }
 }
 
-/// The `$defs` name of a schema that is a `$ref` and nothing that changes what it takes.
-fn only_ref(schema: &Value) -> Option<&str> {
+/// The definition named by a schema that is a `$ref` and nothing that changes what it takes.
+fn only_ref(schema: &Value) -> Option<String> {
     let map = schema.as_object()?;
-    let name = map.get("$ref")?.as_str()?.strip_prefix("#/$defs/")?;
+    let name = crate::export::def_name(map.get("$ref")?.as_str()?)?;
     let words = ["description", "title", "default", "examples", "deprecated"];
     map.keys()
         .all(|k| k == "$ref" || words.contains(&k.as_str()))
@@ -958,5 +963,36 @@ mod tests {
             let refused = nested.check(args.as_object().unwrap()).unwrap_err();
             assert_eq!(refused.field, field);
         }
+    }
+
+    /// A schema written by hand in the older style (`definitions`, `#/definitions/Name`, a
+    /// name escaped as a JSON pointer) is read as schemars's is: the check found no definition
+    /// there and took anything.
+    #[test]
+    fn a_schema_with_definitions_is_read_as_one_with_defs() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "to": {"$ref": "#/definitions/Address"},
+                "via": {"anyOf": [{"$ref": "#/definitions/a~1b"}, {"type": "null"}]}
+            },
+            "definitions": {
+                "Address": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "additionalProperties": false},
+                "a/b": {"type": "object", "properties": {"hub": {"type": "string"}},
+                        "additionalProperties": false}
+            }
+        });
+        let nested = Nested::of(&schema).expect("closed objects below the top");
+        let ok = args(json!({"to": {"city": "Oslo"}, "via": {"hub": "x"}}));
+        assert_eq!(nested.check(&ok), Ok(()));
+        let refused = nested
+            .check(&args(json!({"to": {"cty": "Oslo"}})))
+            .unwrap_err();
+        assert_eq!(refused.field, "to.cty");
+        let refused = nested
+            .check(&args(json!({"via": {"hubb": "x"}})))
+            .unwrap_err();
+        assert_eq!(refused.field, "via.hubb");
     }
 }
