@@ -492,6 +492,7 @@ impl<'a> Gen<'a> {
 }
 
 /// A step from a value to one inside it.
+#[derive(Clone)]
 enum Step {
     Key(String),
     Index(usize),
@@ -499,18 +500,10 @@ enum Step {
 
 /// The path of every object below the top of `value`, `at` being the path to it.
 fn nested_objects(value: &Value, at: &mut Vec<Step>, into: &mut Vec<Vec<Step>>) {
-    let copy = |at: &[Step]| {
-        at.iter()
-            .map(|step| match step {
-                Step::Key(k) => Step::Key(k.clone()),
-                Step::Index(i) => Step::Index(*i),
-            })
-            .collect()
-    };
     match value {
         Value::Object(map) => {
             if !at.is_empty() {
-                into.push(copy(at));
+                into.push(at.clone());
             }
             for (k, v) in map {
                 at.push(Step::Key(k.clone()));

@@ -30,7 +30,6 @@ const BUDGET: usize = 4096;
 
 /// The check of the objects below a tool's top level: the value of each top-level field named
 /// here is checked against its schema.
-#[derive(Debug)]
 pub(crate) struct Nested {
     /// Each schema read, by its index: the ways a value there may be written.
     shapes: Vec<Vec<Form>>,
@@ -39,6 +38,16 @@ pub(crate) struct Nested {
     /// Each shape's forms, those it refers to in their place, as (shape, form) indices: found
     /// once, so a call follows no reference.
     resolved: Vec<Vec<(usize, usize)>>,
+}
+
+/// A definition printed with `{:?}` names the fields checked, not every shape read.
+impl std::fmt::Debug for Nested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fields: Vec<&String> = self.fields.keys().collect();
+        f.debug_struct("Nested")
+            .field("fields", &fields)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One way a value may be written.
