@@ -18,7 +18,8 @@
 //! 1.83× and 1.66×.
 //!
 //! Needs the servers of the store tests (`bash .ci/services.sh`):
-//! `cargo bench -p toolkey-tests --all-features --bench scale`. `TOOLKEY_SCALE_RECORDS` sets the
+//! `cargo bench -p toolkey-tests --all-features --bench scale`; `TOOLKEY_SCALE_STORES=memory`
+//! runs the memory store's part alone. `TOOLKEY_SCALE_RECORDS` sets the
 //! larger size (a million unless set); the figures of a run are in README.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -201,6 +202,10 @@ fn scale(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         );
     }
     drop(memory);
+    // `TOOLKEY_SCALE_STORES=memory`: the memory store alone, with no server to fill.
+    if std::env::var("TOOLKEY_SCALE_STORES").is_ok_and(|stores| stores == "memory") {
+        return;
+    }
 
     // SQLite: the larger file is filled in one transaction of rows as the store writes them.
     let dir = tempfile::tempdir().unwrap();
