@@ -221,7 +221,10 @@ fn empty_slots<T>(len: usize) -> Box<[Slot<T>]> {
         if raw.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw.cast::<Slot<T>>(), len))
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            raw.cast::<Slot<T>>(),
+            len,
+        ))
     };
     advise_huge_pages(&slots);
     slots
