@@ -180,22 +180,24 @@ impl<T> Table<T> {
         }
     }
 
-    /// Keeps only the records `keep` takes.
+    /// Keeps only the records `keep` takes, asking once of each, in place: a purge of a few
+    /// records from a large table moves only the records after each one removed.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        let old = mem::take(&mut self.slots);
-        let mut kept = Vec::with_capacity(self.len);
-        for slot in old.into_vec() {
-            if let Some(item) = slot.item {
-                if keep(&item) {
-                    kept.push((slot.hash, item));
-                }
-            }
+        if self.len == 0 {
+            return;
         }
-        self.len = 0;
-        for (hash, item) in kept {
-            self.reserve_one();
-            self.place(hash, item);
-            self.len += 1;
+        let mask = self.mask();
+        // From an empty slot round to it: no probe runs across it, so a removal's backward
+        // shift moves into the slot just asked about only records not yet asked about.
+        let Some(start) = self.slots.iter().position(|slot| slot.item.is_none()) else {
+            unreachable!("the table is at most half full")
+        };
+        let mut at = (start + 1) & mask;
+        while at != start {
+            match &self.slots[at].item {
+                Some(item) if !keep(item) => self.remove_at(at),
+                _ => at = (at + 1) & mask,
+            }
         }
     }
 
@@ -301,7 +303,15 @@ mod tests {
                         }
                     }
                     8 => {
-                        table.retain(|(k, _)| k % 7 != 0);
+                        let mut asked = Vec::new();
+                        table.retain(|(k, _)| {
+                            asked.push(*k);
+                            k % 7 != 0
+                        });
+                        asked.sort();
+                        let mut held: Vec<u32> = map.keys().copied().collect();
+                        held.sort();
+                        assert_eq!(asked, held, "each record asked about once");
                         map.retain(|k, _| k % 7 != 0);
                     }
                     _ => {
