@@ -4,11 +4,11 @@
 //! Why not `hashbrown`: a Swiss table keeps its control bytes and its slots in two arrays, so a
 //! reserve of a fresh key in a large table meets two cache misses one after the other (the
 //! control group, then the slot written), and a control byte that matches by chance costs a
-//! third, the record's own. Here a fresh key's probe reads the slots from its home on, which at
-//! the table's load (at most a half) are one or two in three cases out of four, within one cache
-//! line: one miss, and its address is known from the hash alone, so a reserve asks for the line
-//! ([`Table::prefetch`]) before it builds the record and finds it there when it probes. A full
-//! hash in each slot settles a probe without reading the record except on a true match.
+//! third, the record's own. Here a fresh key's probe reads the slots from its home on, at most
+//! half full, so it mostly ends within its home's cache line, whose address the hash alone
+//! gives: a reserve asks for that line ([`Table::prefetch`]) before it builds the record, and
+//! probes once ([`Table::entry`]) both to find a record and to place one. A full hash in each
+//! slot settles a probe without reading a record except on a true match.
 
 use std::mem;
 
@@ -23,6 +23,41 @@ impl<T> Slot<T> {
         hash: 0,
         item: None,
     };
+}
+
+/// What [`Table::entry`] found: the record, or the place for one.
+pub(super) enum Entry<'a, T> {
+    Held(&'a mut T),
+    Free(Free<'a, T>),
+}
+
+/// The place for a record that a probe did not find.
+pub(super) struct Free<'a, T> {
+    table: &'a mut Table<T>,
+    hash: u64,
+    /// The empty slot the probe ended on.
+    empty: Option<usize>,
+}
+
+impl<T> Free<'_, T> {
+    /// Puts `item` in the place: the slot the probe ended on, unless the table must grow first.
+    pub(super) fn insert(self, item: T) {
+        let Free { table, hash, empty } = self;
+        let item = Box::new(item);
+        match empty {
+            Some(at) if (table.len + 1) * 2 <= table.slots.len() => {
+                table.slots[at] = Slot {
+                    hash,
+                    item: Some(item),
+                };
+            }
+            _ => {
+                table.grow();
+                table.place(hash, item);
+            }
+        }
+        table.len += 1;
+    }
 }
 
 /// Records found by a 64-bit hash and an equality the caller gives.
@@ -78,18 +113,19 @@ impl<T> Table<T> {
         let _ = slot;
     }
 
-    /// The index of the slot holding the record hashed `hash` that `is` takes.
-    fn find_index(&self, hash: u64, mut is: impl FnMut(&T) -> bool) -> Option<usize> {
-        if self.len == 0 {
-            return None;
+    /// The slot holding the record hashed `hash` that `is` takes (`Ok`), or else the empty slot
+    /// where the probe ended (`Err`; none in a table without slots).
+    fn probe(&self, hash: u64, mut is: impl FnMut(&T) -> bool) -> Result<usize, Option<usize>> {
+        if self.slots.is_empty() {
+            return Err(None);
         }
         let mask = self.mask();
         let mut at = self.home(hash);
         loop {
             let slot = &self.slots[at];
             match &slot.item {
-                None => return None,
-                Some(item) if slot.hash == hash && is(item) => return Some(at),
+                None => return Err(Some(at)),
+                Some(item) if slot.hash == hash && is(item) => return Ok(at),
                 Some(_) => at = (at + 1) & mask,
             }
         }
@@ -97,22 +133,24 @@ impl<T> Table<T> {
 
     /// The record hashed `hash` that `is` takes.
     pub(super) fn find_mut(&mut self, hash: u64, is: impl FnMut(&T) -> bool) -> Option<&mut T> {
-        let at = self.find_index(hash, is)?;
+        let at = self.probe(hash, is).ok()?;
         self.slots[at].item.as_deref_mut()
     }
 
-    /// Puts `item`, hashed `hash`, in the place of the record that `same` says is the same as
-    /// it (`same(held, item)`), or beside the others.
-    pub(super) fn put(&mut self, hash: u64, item: T, mut same: impl FnMut(&T, &T) -> bool) {
-        if let Some(at) = self.find_index(hash, |held| same(held, &item)) {
-            if let Some(held) = self.slots[at].item.as_deref_mut() {
-                *held = item;
-                return;
-            }
+    /// The record hashed `hash` that `is` takes, to read or replace, or else the place for one:
+    /// one probe for both.
+    pub(super) fn entry(&mut self, hash: u64, is: impl FnMut(&T) -> bool) -> Entry<'_, T> {
+        match self.probe(hash, is) {
+            Ok(at) => match self.slots[at].item.as_deref_mut() {
+                Some(held) => Entry::Held(held),
+                None => unreachable!("a probe ends on a record it found"),
+            },
+            Err(empty) => Entry::Free(Free {
+                table: self,
+                hash,
+                empty,
+            }),
         }
-        self.reserve_one();
-        self.place(hash, Box::new(item));
-        self.len += 1;
     }
 
     /// Puts `item` in the first empty slot from its home on (there is one: the table is never
@@ -129,11 +167,8 @@ impl<T> Table<T> {
         };
     }
 
-    /// Room for one more record, keeping the table at most half full.
-    fn reserve_one(&mut self) {
-        if (self.len + 1) * 2 <= self.slots.len() {
-            return;
-        }
+    /// Twice the slots (at least [`MIN_SLOTS`]), each record placed again by its hash.
+    fn grow(&mut self) {
         let wanted = (self.slots.len() * 2).max(MIN_SLOTS);
         let old = mem::replace(&mut self.slots, empty_slots(wanted));
         for slot in old.into_vec() {
@@ -150,7 +185,7 @@ impl<T> Table<T> {
         is: impl FnMut(&T) -> bool,
         judge: impl FnOnce(&T) -> bool,
     ) -> bool {
-        let Some(at) = self.find_index(hash, is) else {
+        let Ok(at) = self.probe(hash, is) else {
             return false;
         };
         if !self.slots[at].item.as_deref().is_some_and(judge) {
@@ -261,6 +296,16 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    impl<T> Table<T> {
+        /// `item` in the place of the record `is` takes, or beside the others.
+        fn put(&mut self, hash: u64, item: T, is: impl FnMut(&T) -> bool) {
+            match self.entry(hash, is) {
+                Entry::Held(held) => *held = item,
+                Entry::Free(free) => free.insert(item),
+            }
+        }
+    }
+
     /// Keys whose hashes all share their low bits, so that probes run long and wrap around the
     /// table's end, checked against a `HashMap` through puts, replacements, removals and
     /// retains.
@@ -291,7 +336,7 @@ mod tests {
                 let k = next(300);
                 match next(10) {
                     0..=4 => {
-                        table.put(hash(k), (k, step), |held, new| held.0 == new.0);
+                        table.put(hash(k), (k, step), |(held, _)| *held == k);
                         map.insert(k, step);
                     }
                     5..=7 => {
@@ -350,9 +395,7 @@ mod tests {
         assert!(table.find_mut(1, |_| true).is_none());
         table.prefetch(1);
         for n in 0..10_000u64 {
-            table.put(n.wrapping_mul(0x9E37_79B9_7F4A_7C15), n, |held, new| {
-                held == new
-            });
+            table.put(n.wrapping_mul(0x9E37_79B9_7F4A_7C15), n, |held| *held == n);
             assert!(table.len() * 2 <= table.slots.len());
         }
         assert_eq!(table.len(), 10_000);
