@@ -111,8 +111,9 @@ const FAILURE_SWEEP: i64 = 64;
 /// ([`SqliteStore::with_writer_linger`] changes it). On the other side, a caller that is alone
 /// in waiting for a write looks for its answer for up to 200 µs, yielding its task between
 /// looks, before it waits to be woken: a commit on a fast disk is then answered without waking
-/// a parked thread (a first run on SQLite went from 1.28× to about 1.05× the same statements
-/// run inline with rusqlite; `cargo bench -p toolkey-tests --all-features --bench stores`).
+/// a parked thread (a first run on SQLite went from 1.27×–1.32× to 1.11×–1.19× the same
+/// statements run inline with rusqlite; `cargo bench -p toolkey-tests --all-features --bench
+/// stores`).
 /// Callers that wait together never look, so they leave the CPU to the writer.
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
@@ -277,8 +278,7 @@ impl SqliteStore {
             };
             tokio::task::spawn_blocking(move || writer.run());
         }
-        let _waiting = Waiting::start(&self.writes.waiting);
-        answered(answer, _waiting.alone).await
+        answered(answer, &self.writes.waiting).await
     }
 
     /// Runs `f` on tokio's blocking pool with the connection and the clock read once the
@@ -654,14 +654,20 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The answer that arrives on `answer`: looked for until [`ANSWER_SPIN`] has passed when the
-/// caller waits `alone`, then awaited.
+/// The answer that arrives on `answer`, the caller counted among those `waiting` meanwhile:
+/// looked for until [`ANSWER_SPIN`] has passed when no other caller was waiting, then awaited.
 async fn answered<T>(
     mut answer: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
-    alone: bool,
+    waiting: &AtomicUsize,
 ) -> Result<T, StoreError> {
     use tokio::sync::oneshot::error::TryRecvError;
-    let until = Instant::now() + if alone { ANSWER_SPIN } else { Duration::ZERO };
+    let waiting = Waiting::start(waiting);
+    let until = Instant::now()
+        + if waiting.alone {
+            ANSWER_SPIN
+        } else {
+            Duration::ZERO
+        };
     loop {
         match answer.try_recv() {
             Ok(answer) => return answer,
