@@ -109,20 +109,20 @@ const FAILURE_SWEEP: i64 = 64;
 /// taken on without waking a thread. That costs up to 50 µs of a CPU, given up to any other
 /// thread that wants it, after each commit that no write follows at once
 /// ([`SqliteStore::with_writer_linger`] changes it). On the other side, a caller that is alone
-/// in waiting for a write looks for its answer for up to 200 µs, yielding its task between
-/// looks, before it waits to be woken: a commit on a fast disk is then answered without waking
-/// a parked thread (a first run on SQLite went from 1.27×–1.32× to 1.11×–1.19× the same
-/// statements run inline with rusqlite; `cargo bench -p toolkey-tests --all-features --bench
-/// stores`).
+/// in waiting for a write looks for its answer, yielding between looks, for twice as long as
+/// such answers have taken lately (at most 1 ms; [`SqliteStore::with_answer_spin`] changes it),
+/// before it waits to be woken: a commit on a fast disk is then answered without waking a
+/// parked thread, and on a disk slower than that the caller does not look at all.
 /// Callers that wait together never look, so they leave the CPU to the writer.
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
 /// [`SqliteStore::with_clock`] says otherwise); the processes that share a file share the machine's
 /// clock. Writes and most reads run on tokio's blocking pool, so the store needs a tokio runtime.
 /// One read does not: a reserve or a status read that meets a live record (a replay, an
-/// `IN_PROGRESS` or a `CONFLICT` answer) reads it on the caller's thread when a connection kept
-/// for that is free, since a point read of a WAL file costs less than the hop to the pool; that
-/// connection never waits for a lock, and a read that would wait goes to the pool.
+/// `IN_PROGRESS` or a `CONFLICT` answer) reads it on the caller's thread when a connection is
+/// free (the writer's, whose pages are current, or one kept for that), since a point read of a
+/// WAL file costs less than the hop to the pool; such a read never waits for a lock, and a read
+/// that would wait goes to the pool.
 ///
 /// ```no_run
 /// use toolkey::store::SqliteStore;
@@ -223,6 +223,32 @@ impl SqliteStore {
     pub fn with_writer_linger(mut self, linger: Duration) -> SqliteStore {
         self.writes = Arc::new(Writes {
             linger: linger.min(MAX_LINGER),
+            answer_spin: self.writes.answer_spin,
+            ..Writes::default()
+        });
+        self
+    }
+
+    /// The longest a caller that no other waits beside looks for its write's answer before it
+    /// waits to be woken (1 ms unless set). It looks for twice the time answers have taken
+    /// lately, and not at all while they take longer than this, yielding its task between looks:
+    /// an answer found so spares waking a parked thread, which can cost more than a commit on a
+    /// fast disk. `Duration::ZERO` never looks, which spends no CPU on waiting (for a process
+    /// held to a tight CPU quota). A look longer than one second is taken as one second.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolkey::store::SqliteStore;
+    ///
+    /// let store = SqliteStore::open_in_memory()
+    ///     .unwrap()
+    ///     .with_answer_spin(Duration::ZERO);
+    /// # drop(store);
+    /// ```
+    pub fn with_answer_spin(mut self, most: Duration) -> SqliteStore {
+        self.writes = Arc::new(Writes {
+            linger: self.writes.linger,
+            answer_spin: most.min(MAX_LINGER),
             ..Writes::default()
         });
         self
@@ -278,7 +304,7 @@ impl SqliteStore {
             };
             tokio::task::spawn_blocking(move || writer.run());
         }
-        answered(answer, &self.writes.waiting).await
+        answered(answer, &self.writes).await
     }
 
     /// Runs `f` on tokio's blocking pool with the connection and the clock read once the
@@ -297,19 +323,27 @@ impl SqliteStore {
         .map_err(|e| StoreError::Unavailable(format!("sqlite: the store's task failed: {e}")))?
     }
 
-    /// `key`'s record read on the caller's thread, if that can be done at once: the inline
-    /// connection free, and the read not waiting for anything.
+    /// `key`'s record read on the caller's thread, if that can be done at once: the writer's
+    /// connection or the inline one free, and the read not waiting for anything.
+    ///
+    /// The writer's connection is asked first. It made this process's last commit, so the
+    /// pages it keeps are current and the read finds them in memory; the inline connection's
+    /// pages are stale after every commit of another connection, and a point read on it reads
+    /// them again from the WAL (four reads of the file, a fifth of a first run's overhead).
+    /// While the writer commits, its connection is busy and the inline one reads.
     fn read_inline(&self, key: &RecordKey) -> Inline {
-        let Ok(conn) = self.inline.try_lock() else {
+        let read = match self.conn.try_lock() {
+            // Its busy timeout is the writer's: for this read, none, so that a read that would
+            // wait fails at once.
+            Ok(conn) => free_read(&conn, key, Some(BUSY_TIMEOUT)),
+            Err(_) => match self.inline.try_lock() {
+                Ok(conn) => free_read(&conn, key, None),
+                Err(_) => None,
+            },
+        };
+        let Some(stored) = read else {
             return Inline::Unread;
         };
-        if !conn.is_autocommit() {
-            return Inline::Unread;
-        }
-        let Ok(stored) = read_row(&conn, key) else {
-            return Inline::Unread;
-        };
-        drop(conn);
         let now = to_millis(self.clock.now());
         match stored {
             Some(stored) if !stored.expired(now) => Inline::Live(stored.to_record(key, now)),
@@ -331,6 +365,28 @@ impl SqliteStore {
     }
 }
 
+/// `key`'s row read on `conn` if the read waits for nothing: the connection outside a
+/// transaction (one a panic left open is the writer's to roll back), and no lock in the way.
+/// `restore`: the busy timeout `conn` has, set to none for the read and back after it.
+fn free_read(
+    conn: &Connection,
+    key: &RecordKey,
+    restore: Option<Duration>,
+) -> Option<Option<StoredRecord>> {
+    if !conn.is_autocommit() {
+        return None;
+    }
+    let Some(timeout) = restore else {
+        return read_row(conn, key).ok();
+    };
+    conn.busy_timeout(Duration::ZERO).ok()?;
+    let read = read_row(conn, key).ok();
+    // Left at zero, the writer's next commit would fail at once on another process's lock.
+    conn.busy_timeout(timeout)
+        .expect("setting a busy timeout fails only on a closed connection");
+    read
+}
+
 /// The writes waiting for a commit, and whether a writer is running them.
 ///
 /// Group commit: a write joins the queue, and the first write to find no writer running
@@ -349,6 +405,10 @@ struct Writes {
     running: AtomicBool,
     /// Callers waiting for their write's answer.
     waiting: AtomicUsize,
+    /// How long a lone caller's answers have taken lately, in nanoseconds (zero: none yet).
+    typical_answer_ns: AtomicU64,
+    /// The longest a lone caller looks for its answer before it waits to be woken.
+    answer_spin: Duration,
     /// How long a writer waits for more writes before it ends.
     linger: Duration,
     /// Transactions committed, for tests of the sharing.
@@ -363,6 +423,8 @@ impl Default for Writes {
             queue: Mutex::default(),
             running: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
+            typical_answer_ns: AtomicU64::new(0),
+            answer_spin: ANSWER_SPIN,
             linger: LINGER,
             commits: AtomicU64::new(0),
             writers: AtomicU64::new(0),
@@ -384,6 +446,27 @@ const LINGER: Duration = Duration::from_micros(50);
 const MAX_LINGER: Duration = Duration::from_secs(1);
 
 impl Writes {
+    /// How long a lone caller's answers have taken lately.
+    fn typical_answer(&self) -> Duration {
+        Duration::from_nanos(self.typical_answer_ns.load(Ordering::Relaxed))
+    }
+
+    /// Adds a lone caller's wait for its answer to the typical time: a moving average that
+    /// gives the newest a quarter of the weight. One long wait (a checkpoint, a disk that
+    /// stalled) counts as twice the longest look at most, so that it does not stop the looks
+    /// for long. Callers that add at once may lose one's wait: the figure is a guide.
+    fn answer_took(&self, took: Duration) {
+        let cap = u64::try_from((self.answer_spin * 2).as_nanos()).unwrap_or(u64::MAX);
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).min(cap);
+        let before = self.typical_answer_ns.load(Ordering::Relaxed);
+        let now = if before == 0 {
+            took
+        } else {
+            before - before / 4 + took / 4
+        };
+        self.typical_answer_ns.store(now.max(1), Ordering::Relaxed);
+    }
+
     /// Queues `job`; true when the caller must start a writer (none is running).
     fn submit(&self, job: Box<dyn Pending>) -> bool {
         self.queue
@@ -626,13 +709,31 @@ where
     }
 }
 
-/// How long a caller alone in waiting for a write looks for its answer, yielding between
-/// looks, before its task waits to be woken: a commit on a fast disk is answered within it, and
-/// the answer is then taken without the wake of a parked thread. On a disk whose flush takes a
-/// millisecond, the looks cost a fifth of it in CPU, once per write. Callers that wait together
+/// The longest a caller alone in waiting for a write looks for its answer (unless
+/// [`SqliteStore::with_answer_spin`] says otherwise).
+const ANSWER_SPIN: Duration = Duration::from_millis(1);
+
+/// How long a caller alone in waiting for its write looks for the answer, yielding its task
+/// between looks, before it waits to be woken; `typical` is how long such answers have taken
+/// lately (zero: none seen yet), `most` the longest it may look.
+///
+/// An answer taken while looking spares the wake of a parked thread, which on a virtual
+/// machine whose cores went idle costs more than a commit on a fast disk (a first run on SQLite
+/// took twice its time, whole rounds at a time, when the commits grew past a fixed 200 µs of
+/// looking). So a caller looks for twice the typical time, at most `most`, and not at all when
+/// answers take longer than that: on a disk whose flush takes milliseconds the wake is a small
+/// part of the wait, and the looks would spend a CPU for nothing. Callers that wait together
 /// never look: their looks would take the CPU the writer needs, and the wake they save is
 /// shared by a commit's writes anyway.
-const ANSWER_SPIN: Duration = Duration::from_micros(200);
+fn spin_for(typical: Duration, most: Duration) -> Duration {
+    if typical.is_zero() {
+        most
+    } else if typical > most {
+        Duration::ZERO
+    } else {
+        (typical * 2).min(most)
+    }
+}
 
 /// Counts a caller among those waiting for a write's answer while it lives.
 struct Waiting<'a> {
@@ -654,29 +755,42 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The answer that arrives on `answer`, the caller counted among those `waiting` meanwhile:
-/// looked for until [`ANSWER_SPIN`] has passed when no other caller was waiting, then awaited.
+/// The answer that arrives on `answer`, the caller counted among those waiting meanwhile.
+/// A caller that no other waits beside looks for it as [`spin_for`] says, then awaits it, and
+/// the time it took joins the typical time of `writes`' answers.
 async fn answered<T>(
     mut answer: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
-    waiting: &AtomicUsize,
+    writes: &Writes,
 ) -> Result<T, StoreError> {
     use tokio::sync::oneshot::error::TryRecvError;
-    let waiting = Waiting::start(waiting);
-    let until = Instant::now()
-        + if waiting.alone {
-            ANSWER_SPIN
-        } else {
-            Duration::ZERO
-        };
-    loop {
+    let waiting = Waiting::start(&writes.waiting);
+    let start = Instant::now();
+    let spin = if waiting.alone {
+        spin_for(writes.typical_answer(), writes.answer_spin)
+    } else {
+        Duration::ZERO
+    };
+    let until = start + spin;
+    let answered = loop {
         match answer.try_recv() {
-            Ok(answer) => return answer,
+            Ok(answer) => break answer,
             Err(TryRecvError::Closed) => return Err(writer_stopped()),
-            Err(TryRecvError::Empty) if Instant::now() < until => tokio::task::yield_now().await,
-            Err(TryRecvError::Empty) => break,
+            Err(TryRecvError::Empty) if Instant::now() < until => {
+                // The thread's CPU too: a writer the scheduler put on this CPU would otherwise
+                // wait for its next tick (a millisecond) to run the write.
+                std::thread::yield_now();
+                tokio::task::yield_now().await
+            }
+            Err(TryRecvError::Empty) => match answer.await {
+                Ok(answer) => break answer,
+                Err(_) => return Err(writer_stopped()),
+            },
         }
+    };
+    if waiting.alone {
+        writes.answer_took(start.elapsed());
     }
-    answer.await.unwrap_or_else(|_| Err(writer_stopped()))
+    answered
 }
 
 fn writer_stopped() -> StoreError {
@@ -1254,11 +1368,18 @@ mod tests {
         };
         let token = Token::generate();
         let reserve = || store.reserve(&key, "tool", &fp, &token, lease);
-        // Inline.
+        // Inline, on the writer's connection.
         assert!(matches!(store.read_inline(&key), Inline::Live(_)));
         assert_eq!(replayed(reserve().await.unwrap()), outcome);
-        // The inline connection in use: the blocking pool reads.
+        // The writer's connection in use (a commit being flushed): the inline connection reads.
         {
+            let _writing = store.conn.lock().unwrap();
+            assert!(matches!(store.read_inline(&key), Inline::Live(_)));
+            assert_eq!(replayed(reserve().await.unwrap()), outcome);
+        }
+        // Both in use: the blocking pool reads.
+        {
+            let _writing = store.conn.lock().unwrap();
             let _held = store.inline.lock().unwrap();
             assert!(matches!(store.read_inline(&key), Inline::Unread));
             assert_eq!(replayed(reserve().await.unwrap()), outcome);
@@ -1398,6 +1519,106 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// A lone caller looks for its answer for twice the typical time, at most the longest
+    /// look, and not at all while answers take longer than that; the typical time follows the
+    /// answers, and one long wait counts as twice the longest look at most.
+    #[test]
+    fn a_lone_caller_looks_as_long_as_answers_have_taken() {
+        let (us, ms) = (Duration::from_micros, Duration::from_millis);
+        assert_eq!(spin_for(Duration::ZERO, ms(1)), ms(1), "nothing seen yet");
+        assert_eq!(spin_for(us(200), ms(1)), us(400));
+        assert_eq!(spin_for(us(600), ms(1)), ms(1));
+        assert_eq!(spin_for(us(1_001), ms(1)), Duration::ZERO, "a slow disk");
+        assert_eq!(spin_for(us(200), Duration::ZERO), Duration::ZERO);
+        assert_eq!(spin_for(Duration::ZERO, Duration::ZERO), Duration::ZERO);
+
+        let writes = Writes::default();
+        assert_eq!(writes.typical_answer(), Duration::ZERO);
+        writes.answer_took(us(200));
+        assert_eq!(writes.typical_answer(), us(200));
+        // A checkpoint's 10 ms counts as 2 ms: the looks go on.
+        writes.answer_took(ms(10));
+        assert_eq!(writes.typical_answer(), us(650));
+        assert_eq!(spin_for(writes.typical_answer(), writes.answer_spin), ms(1));
+        // A disk that takes 5 ms for every commit: the looks stop, then come back with it.
+        for _ in 0..20 {
+            writes.answer_took(ms(5));
+        }
+        assert!(writes.typical_answer() > ms(1));
+        assert_eq!(
+            spin_for(writes.typical_answer(), writes.answer_spin),
+            Duration::ZERO
+        );
+        for _ in 0..20 {
+            writes.answer_took(us(150));
+        }
+        assert!(writes.typical_answer() < us(200));
+        assert!(spin_for(writes.typical_answer(), writes.answer_spin) > Duration::ZERO);
+    }
+
+    /// Setting the longest look keeps the writer's linger, and setting the linger keeps the
+    /// longest look; a lone caller's writes teach the store how long answers take.
+    #[tokio::test]
+    async fn the_answer_spin_and_the_linger_are_set_apart() {
+        let store = SqliteStore::open_in_memory()
+            .unwrap()
+            .with_writer_linger(Duration::from_micros(70))
+            .with_answer_spin(Duration::ZERO);
+        assert_eq!(store.writes.linger, Duration::from_micros(70));
+        assert_eq!(store.writes.answer_spin, Duration::ZERO);
+        let store = store
+            .with_answer_spin(Duration::from_secs(5))
+            .with_writer_linger(Duration::ZERO);
+        assert_eq!(store.writes.answer_spin, MAX_LINGER, "taken as one second");
+        assert_eq!(store.writes.linger, Duration::ZERO);
+        for n in 0..3 {
+            store
+                .write(move |tx, now| insert(tx, &format!("k{n}"), now))
+                .await
+                .unwrap();
+        }
+        assert!(store.writes.typical_answer() > Duration::ZERO);
+        assert_eq!(keys(&store).len(), 3);
+    }
+
+    /// A read on the writer's connection, made on the caller's thread, leaves the connection's
+    /// busy timeout as it found it: the next write still waits for another process's lock
+    /// rather than failing at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The held guard keeps the read on the writer's connection.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_read_on_the_writers_connection_keeps_its_busy_timeout() {
+        let dir = tempfile_dir();
+        let path = dir.join("timeout.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store.write(|tx, now| insert(tx, "k", now)).await.unwrap();
+        {
+            let _inline = store.inline.lock().unwrap();
+            for key in ["k", "absent"] {
+                let read = store.read_inline(&RecordKey::new("acme", key));
+                assert!(
+                    !matches!(read, Inline::Unread),
+                    "read on the writer's connection"
+                );
+            }
+        }
+        // Another process holds the write lock for 300 ms.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        store
+            .write(|tx, now| insert(tx, "after", now))
+            .await
+            .expect("the write waited for the other process's lock");
+        holder.join().unwrap();
+        assert!(keys(&store).contains(&"after".to_string()));
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// A writer whose queue runs dry takes on the writes that arrive within its linger, one
     /// commit each, without another writer being started; past the linger it ends, and the next
     /// write starts a writer again.
@@ -1439,11 +1660,12 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// A reserve read on the pool (the inline connection busy) is answered once its own write
-    /// commits, not once the writer ends: a writer goes on while writes keep coming, and lingers
-    /// after the last.
+    /// A reserve read on the pool (the writer's and the inline connections busy) is answered
+    /// once its own write commits, not once the writer ends: a writer goes on while writes keep
+    /// coming, and lingers after the last.
     #[tokio::test]
-    // The held guard stands for another caller using the inline connection meanwhile.
+    // The held guards stand for another caller using the inline connection meanwhile, and a
+    // commit on the writer's connection while the reserve looks for a connection to read on.
     #[allow(clippy::await_holding_lock)]
     async fn a_reserve_read_on_the_pool_is_answered_when_its_write_commits() {
         let dir = tempfile_dir();
@@ -1454,13 +1676,18 @@ mod tests {
         let key = RecordKey::new("acme", "k");
         let fp = Fingerprint::of(&serde_json::json!(1)).unwrap();
         let held = store.inline.lock().unwrap();
+        let committing = store.conn.lock().unwrap();
         assert!(matches!(store.read_inline(&key), Inline::Unread));
-        let answer = tokio::time::timeout(
-            linger / 3,
-            store.reserve(&key, "tool", &fp, &Token::generate(), linger),
-        )
-        .await
-        .expect("the reserve waited for its writer to end");
+        let token = Token::generate();
+        let answer = {
+            let mut reserve = std::pin::pin!(store.reserve(&key, "tool", &fp, &token, linger));
+            // Its first poll finds no connection free and hands its read to the pool.
+            assert!(futures_util::poll!(&mut reserve).is_pending());
+            drop(committing);
+            tokio::time::timeout(linger / 3, reserve)
+                .await
+                .expect("the reserve waited for its writer to end")
+        };
         assert!(matches!(answer, Ok(Reservation::Reserved { .. })));
         drop(held);
         assert_eq!(store.writes.commits.load(Ordering::Relaxed), 1);
