@@ -112,7 +112,8 @@ const FAILURE_SWEEP: i64 = 64;
 /// in waiting for a write looks for its answer, yielding between looks, for twice as long as
 /// such answers have taken lately (at most 1 ms; [`SqliteStore::with_answer_spin`] changes it),
 /// before it waits to be woken: a commit on a fast disk is then answered without waking a
-/// parked thread, and on a disk slower than that the caller does not look at all.
+/// parked thread, and on a disk slower than that one wait in sixteen looks (to see the disk
+/// fast again) and the others not at all.
 /// Callers that wait together never look, so they leave the CPU to the writer.
 ///
 /// Leases and retention are judged by this process's clock ([`SystemClock`] unless
@@ -407,6 +408,8 @@ struct Writes {
     waiting: AtomicUsize,
     /// How long a lone caller's answers have taken lately, in nanoseconds (zero: none yet).
     typical_answer_ns: AtomicU64,
+    /// Lone callers' waits begun, for the looks taken whatever the typical time.
+    lone_waits: AtomicU64,
     /// The longest a lone caller looks for its answer before it waits to be woken.
     answer_spin: Duration,
     /// How long a writer waits for more writes before it ends.
@@ -424,6 +427,7 @@ impl Default for Writes {
             running: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
             typical_answer_ns: AtomicU64::new(0),
+            lone_waits: AtomicU64::new(0),
             answer_spin: ANSWER_SPIN,
             linger: LINGER,
             commits: AtomicU64::new(0),
@@ -449,6 +453,23 @@ impl Writes {
     /// How long a lone caller's answers have taken lately.
     fn typical_answer(&self) -> Duration {
         Duration::from_nanos(self.typical_answer_ns.load(Ordering::Relaxed))
+    }
+
+    /// How long a lone caller beginning to wait now looks for its answer: as [`spin_for`]
+    /// says, except that one wait in [`PROBE_EVERY`] looks for the longest whatever answers
+    /// have taken. A wait that parks measures the commit and the wake together, and where a
+    /// wake costs about as much as the longest look, a store whose answers once grew slow (a
+    /// burst of checkpoints) would not see them fast again without such looks.
+    fn spin(&self) -> Duration {
+        if self
+            .lone_waits
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PROBE_EVERY)
+        {
+            self.answer_spin
+        } else {
+            spin_for(self.typical_answer(), self.answer_spin)
+        }
     }
 
     /// Adds a lone caller's wait for its answer to the typical time: a moving average that
@@ -713,6 +734,11 @@ where
 /// [`SqliteStore::with_answer_spin`] says otherwise).
 const ANSWER_SPIN: Duration = Duration::from_millis(1);
 
+/// One lone wait in this many looks for its answer for the longest, whatever answers have
+/// taken (see [`Writes::spin`]): on a disk slower than the looks, a sixteenth of the longest
+/// look in CPU per write.
+const PROBE_EVERY: u64 = 16;
+
 /// How long a caller alone in waiting for its write looks for the answer, yielding its task
 /// between looks, before it waits to be woken; `typical` is how long such answers have taken
 /// lately (zero: none seen yet), `most` the longest it may look.
@@ -756,7 +782,7 @@ impl Drop for Waiting<'_> {
 }
 
 /// The answer that arrives on `answer`, the caller counted among those waiting meanwhile.
-/// A caller that no other waits beside looks for it as [`spin_for`] says, then awaits it, and
+/// A caller that no other waits beside looks for it as [`Writes::spin`] says, then awaits it, and
 /// the time it took joins the typical time of `writes`' answers.
 async fn answered<T>(
     mut answer: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
@@ -766,7 +792,7 @@ async fn answered<T>(
     let waiting = Waiting::start(&writes.waiting);
     let start = Instant::now();
     let spin = if waiting.alone {
-        spin_for(writes.typical_answer(), writes.answer_spin)
+        writes.spin()
     } else {
         Duration::ZERO
     };
@@ -1554,6 +1580,39 @@ mod tests {
         }
         assert!(writes.typical_answer() < us(200));
         assert!(spin_for(writes.typical_answer(), writes.answer_spin) > Duration::ZERO);
+    }
+
+    /// Looks stopped by slow answers come back once answers are fast again, even where a wake
+    /// costs about as much as the longest look, so that every wait that parks measures more
+    /// than it: one wait in sixteen looks whatever answers have taken.
+    #[test]
+    fn looks_stopped_by_slow_answers_come_back() {
+        let (us, ms) = (Duration::from_micros, Duration::from_millis);
+        let writes = Writes::default();
+        // A lone caller's wait for a commit taking `commit`, a wake costing `wake`: found
+        // while looking, or parked and woken.
+        let wait = |commit: Duration, wake: Duration| {
+            let spin = writes.spin();
+            writes.answer_took(if commit <= spin {
+                commit
+            } else {
+                commit + wake
+            });
+            spin
+        };
+        // A burst of slow commits: the looks stop, but for one wait in sixteen.
+        let looked = (0..64)
+            .filter(|_| wait(ms(5), us(950)) > Duration::ZERO)
+            .count();
+        assert_eq!(looked, 4);
+        assert!(writes.typical_answer() > ms(1));
+        // Commits fast again, a wake costing 950 µs: within 32 waits the looks are back for
+        // every wait, and the typical time is the commit's.
+        for _ in 0..32 {
+            wait(us(150), us(950));
+        }
+        assert!((0..32).all(|_| wait(us(150), us(950)) > Duration::ZERO));
+        assert!(writes.typical_answer() < us(200));
     }
 
     /// Setting the longest look keeps the writer's linger, and setting the linger keeps the
