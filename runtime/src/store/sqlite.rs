@@ -1640,6 +1640,30 @@ mod tests {
         assert_eq!(keys(&store).len(), 3);
     }
 
+    /// A write not yet committed on the writer's connection (a transaction open, as a panic
+    /// mid-commit leaves it) is never read on the caller's thread: a replay answered from it
+    /// would stand on a write that may be rolled back. The read is left to the pool, which
+    /// reads what was committed.
+    #[tokio::test]
+    async fn an_uncommitted_write_on_the_writers_connection_is_not_read() {
+        let dir = tempfile_dir();
+        let store = SqliteStore::open(dir.join("uncommitted.db")).unwrap();
+        let key = RecordKey::new("acme", "k");
+        {
+            let conn = store.conn.lock().unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            insert(&conn, "k", 0).unwrap();
+        }
+        assert!(matches!(store.read_inline(&key), Inline::Unread));
+        {
+            let conn = store.conn.lock().unwrap();
+            conn.execute_batch("ROLLBACK").unwrap();
+        }
+        assert!(matches!(store.read_inline(&key), Inline::Free));
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// A read on the writer's connection, made on the caller's thread, leaves the connection's
     /// busy timeout as it found it: the next write still waits for another process's lock
     /// rather than failing at once.
