@@ -333,13 +333,13 @@ impl SqliteStore {
     /// them again from the WAL (four reads of the file, a fifth of a first run's overhead).
     /// While the writer commits, its connection is busy and the inline one reads.
     fn read_inline(&self, key: &RecordKey) -> Inline {
-        let read = match self.conn.try_lock() {
+        let read = match try_lock(&self.conn) {
             // Its busy timeout is the writer's: for this read, none, so that a read that would
             // wait fails at once.
-            Ok(conn) => free_read(&conn, key, Some(BUSY_TIMEOUT)),
-            Err(_) => match self.inline.try_lock() {
-                Ok(conn) => free_read(&conn, key, None),
-                Err(_) => None,
+            Some(conn) => free_read(&conn, key, Some(BUSY_TIMEOUT)),
+            None => match try_lock(&self.inline) {
+                Some(conn) => free_read(&conn, key, None),
+                None => None,
             },
         };
         let Some(stored) = read else {
@@ -831,6 +831,17 @@ fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
         let _ = conn.execute_batch("ROLLBACK");
     }
     conn
+}
+
+/// The connection, if no one holds it. A connection whose holder panicked is taken as [`lock`]
+/// takes it: the mark stays on the mutex for good, and left alone it would send every later read
+/// to the pool. The caller must not trust a transaction it finds open ([`free_read`] does not).
+fn try_lock(conn: &Mutex<Connection>) -> Option<std::sync::MutexGuard<'_, Connection>> {
+    match conn.try_lock() {
+        Ok(conn) => Some(conn),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 /// Creates the schema in a new file, accepts the current one, refuses any other. Runs under the
@@ -1876,6 +1887,46 @@ mod tests {
         .await;
         assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
         assert_eq!(keys(&store), ["kept"]);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A commit that panicked leaves the writer's connection marked poisoned, and rolled back:
+    /// a replay after it still reads on that connection on the caller's thread, not on the
+    /// blocking pool for the rest of the process's life.
+    #[tokio::test]
+    async fn a_replay_after_a_panicked_commit_still_reads_on_the_writers_connection() {
+        struct PanicOnce(AtomicBool);
+        impl Clock for PanicOnce {
+            fn now(&self) -> SystemTime {
+                if self.0.swap(false, Ordering::AcqRel) {
+                    panic!("a clock that panics");
+                }
+                SystemTime::now()
+            }
+        }
+        let dir = tempfile_dir();
+        let clock = Arc::new(PanicOnce(AtomicBool::new(false)));
+        let store = SqliteStore::open(dir.join("poisoned.db"))
+            .unwrap()
+            .with_clock(clock.clone());
+        store.write(|tx, now| insert(tx, "k", now)).await.unwrap();
+        clock.0.store(true, Ordering::Release);
+        let failed = store.write(|tx, now| insert(tx, "lost", now)).await;
+        assert!(matches!(failed, Err(StoreError::Unavailable(_))));
+        assert!(store.conn.is_poisoned());
+        let inline = store.inline.lock().unwrap();
+        let read = store.read_inline(&RecordKey::new("acme", "k"));
+        assert!(
+            matches!(read, Inline::Live(_)),
+            "read on the writer's connection"
+        );
+        let read = store.read_inline(&RecordKey::new("acme", "lost"));
+        assert!(
+            matches!(read, Inline::Free),
+            "the panicked write was rolled back"
+        );
+        drop(inline);
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
