@@ -222,19 +222,15 @@ impl SqliteStore {
     /// # drop(store);
     /// ```
     pub fn with_writer_linger(mut self, linger: Duration) -> SqliteStore {
-        self.writes = Arc::new(Writes {
-            linger: linger.min(MAX_LINGER),
-            answer_spin: self.writes.answer_spin,
-            ..Writes::default()
-        });
+        self.set_writes(|writes| writes.linger = linger.min(MAX_LINGER));
         self
     }
 
     /// The longest a caller that no other waits beside looks for its write's answer before it
     /// waits to be woken (1 ms unless set). It looks for twice the time answers have taken
-    /// lately, and not at all while they take longer than this, yielding its task between looks:
-    /// an answer found so spares waking a parked thread, which can cost more than a commit on a
-    /// fast disk. `Duration::ZERO` never looks, which spends no CPU on waiting (for a process
+    /// lately, yielding its task and its thread between looks, and while they take longer than
+    /// this only one wait in sixteen looks: an answer found so spares waking a parked thread,
+    /// which can cost more than a commit on a fast disk. `Duration::ZERO` never looks, which spends no CPU on waiting (for a process
     /// held to a tight CPU quota). A look longer than one second is taken as one second.
     ///
     /// ```
@@ -247,12 +243,19 @@ impl SqliteStore {
     /// # drop(store);
     /// ```
     pub fn with_answer_spin(mut self, most: Duration) -> SqliteStore {
-        self.writes = Arc::new(Writes {
-            linger: self.writes.linger,
-            answer_spin: most.min(MAX_LINGER),
-            ..Writes::default()
-        });
+        self.set_writes(|writes| writes.answer_spin = most.min(MAX_LINGER));
         self
+    }
+
+    /// Starts the store's writes afresh, with its settings as `set` leaves them.
+    fn set_writes(&mut self, set: impl FnOnce(&mut Writes)) {
+        let mut writes = Writes {
+            linger: self.writes.linger,
+            answer_spin: self.writes.answer_spin,
+            ..Writes::default()
+        };
+        set(&mut writes);
+        self.writes = Arc::new(writes);
     }
 
     fn setup(mut conn: Connection) -> Result<SqliteStore, StoreError> {
