@@ -1848,20 +1848,22 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// The system clock, which panics once when told to.
+    struct PanicOnce(AtomicBool);
+
+    impl Clock for PanicOnce {
+        fn now(&self) -> SystemTime {
+            if self.0.swap(false, Ordering::AcqRel) {
+                panic!("a clock that panics");
+            }
+            SystemTime::now()
+        }
+    }
+
     /// A clock that panics once, as a commit reads it, fails that commit's write alone: nothing
     /// of it is kept, and the writer goes on, so the next write is answered and kept.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panic_inside_a_commit_fails_its_writes_and_not_the_writer() {
-        /// The system clock, which panics once when told to.
-        struct PanicOnce(AtomicBool);
-        impl Clock for PanicOnce {
-            fn now(&self) -> SystemTime {
-                if self.0.swap(false, Ordering::AcqRel) {
-                    panic!("a clock that panics");
-                }
-                SystemTime::now()
-            }
-        }
         let dir = tempfile_dir();
         let clock = Arc::new(PanicOnce(AtomicBool::new(false)));
         let store = SqliteStore::open(dir.join("panic.db"))
@@ -1899,15 +1901,6 @@ mod tests {
     /// blocking pool for the rest of the process's life.
     #[tokio::test]
     async fn a_replay_after_a_panicked_commit_still_reads_on_the_writers_connection() {
-        struct PanicOnce(AtomicBool);
-        impl Clock for PanicOnce {
-            fn now(&self) -> SystemTime {
-                if self.0.swap(false, Ordering::AcqRel) {
-                    panic!("a clock that panics");
-                }
-                SystemTime::now()
-            }
-        }
         let dir = tempfile_dir();
         let clock = Arc::new(PanicOnce(AtomicBool::new(false)));
         let store = SqliteStore::open(dir.join("poisoned.db"))
