@@ -2,7 +2,9 @@
 //!
 //! `cargo bench -p toolkey-tests --bench call`. A whole run (no filter) ends with the keyed rows
 //! as ratios to the `read_only` call, measured side by side in rounds (`call/ratios`);
-//! `TOOLKEY_BENCH_RATIOS=1` prints them after a filtered run too.
+//! `TOOLKEY_BENCH_RATIOS=1` prints them after a filtered run too. One of those lines is the
+//! floor under a keyed first call: the `read_only` call plus, by hand, what a first call cannot
+//! skip (its key, fingerprint, reserve and record), with none of the call path around them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
-use toolkey::store::MemoryStore;
+use toolkey::store::{MemoryStore, Store};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
 
 #[path = "rounds.rs"]
@@ -322,6 +324,65 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
                 })
                 .collect();
             calls(&keyed, "send_invoice", args, false)
+        },
+        read_only,
+    );
+    // The floor under the keyed first call: the `read_only` call (argument parsing, the body,
+    // its result serialized) plus only what a first call cannot do without (its key built from
+    // the named fields, its fingerprint, the store's reserve before the body and its record
+    // after it), made by hand on a store of its own with none of the call path around them. A
+    // first call can come no closer to the `read_only` call than this does.
+    let floor_store = MemoryStore::new();
+    let (lease, retain) = (
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_secs(86_400),
+    );
+    static FLOOR: toolkey::__private::FingerprintSchema =
+        toolkey::__private::FingerprintSchema::new("send_invoice", || json!({}));
+    let mut floor_fresh = 0u64;
+    side_by_side(
+        "call/ratios: the keyed first call's floor (memory: the read_only call, a key, a fingerprint, reserve and complete by hand) against the read_only call",
+        4_000,
+        |runs| {
+            let customers: Vec<String> = (0..runs)
+                .map(|_| {
+                    floor_fresh += 1;
+                    format!("f{floor_fresh}")
+                })
+                .collect();
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for customer in customers {
+                    let out = plain
+                        .call("peek_invoice", replayed.clone(), ctx)
+                        .await
+                        .unwrap();
+                    let mut built = toolkey::__private::KeyBuilder::new("invoice:", ":");
+                    built.part(customer.as_str(), "customer");
+                    built.literal(":");
+                    built.part("2026-10", "period");
+                    let key = built.finish().unwrap();
+                    let key = toolkey::store::RecordKey::new("acme", key.as_str());
+                    let mut fields = toolkey::__private::FingerprintFields::new(&FLOOR);
+                    fields.field("amount", &100.0f64);
+                    let fingerprint = toolkey::__private::fingerprint(fields).unwrap();
+                    let token = toolkey::store::Token::generate();
+                    let reserved = floor_store
+                        .reserve(&key, "send_invoice", &fingerprint, &token, lease)
+                        .await
+                        .unwrap();
+                    assert!(matches!(
+                        reserved,
+                        toolkey::store::Reservation::Reserved { .. }
+                    ));
+                    let outcome = toolkey::store::Outcome::Ok(out.value);
+                    assert!(floor_store
+                        .complete(&key, &token, &outcome, retain)
+                        .await
+                        .unwrap());
+                }
+                start.elapsed()
+            })
         },
         read_only,
     );
