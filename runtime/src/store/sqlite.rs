@@ -1689,6 +1689,7 @@ mod tests {
         let path = dir.join("timeout.db");
         let store = SqliteStore::open(&path).unwrap();
         store.write(|tx, now| insert(tx, "k", now)).await.unwrap();
+        writer_ended(&store).await;
         {
             let _inline = store.inline.lock().unwrap();
             for key in ["k", "absent"] {
@@ -1848,6 +1849,18 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// Waits for the store's writer to end. A write is answered while the writer still holds
+    /// the writer's connection (it answers each write of a batch, then lets the connection go,
+    /// and lingers for more before it ends): a test that needs that connection free, with no
+    /// write queued, waits for this first.
+    async fn writer_ended(store: &SqliteStore) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while store.writes.running.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the writer did not end");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// The system clock, which panics once when told to.
     struct PanicOnce(AtomicBool);
 
@@ -1910,6 +1923,9 @@ mod tests {
         clock.0.store(true, Ordering::Release);
         let failed = store.write(|tx, now| insert(tx, "lost", now)).await;
         assert!(matches!(failed, Err(StoreError::Unavailable(_))));
+        // Answered as its batch unwound, before the writer let the connection go and rolled the
+        // transaction back.
+        writer_ended(&store).await;
         assert!(store.conn.is_poisoned());
         let inline = store.inline.lock().unwrap();
         let read = store.read_inline(&RecordKey::new("acme", "k"));
