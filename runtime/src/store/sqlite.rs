@@ -504,7 +504,7 @@ impl Writes {
     fn combine(&self, conn: &Mutex<Connection>, clock: &dyn Clock) {
         self.writers.fetch_add(1, Ordering::Relaxed);
         loop {
-            let batch: Vec<Box<dyn Pending>> = {
+            let mut batch: Vec<Box<dyn Pending>> = {
                 let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 let n = queue.len().min(MAX_BATCH);
                 queue.drain(..n).collect()
@@ -527,17 +527,28 @@ impl Writes {
                 }
                 return;
             }
-            // A panic inside the commit (a clock that panics) fails this batch alone: its writes
-            // are dropped unanswered, which answers each that nothing was applied. The writer
-            // goes on; ended by the panic, it would leave `running` set, and no write would start
-            // another.
+            // The writes are answered once the connection is let go (and a failed transaction
+            // rolled back): a caller that has its answer finds the connection free for its next
+            // read, and the file's write lock free for another process.
             let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                commit_batch(&mut lock(conn), clock, batch, &self.commits)
+                commit_batch(&mut lock(conn), clock, &mut batch, &self.commits)
             }));
-            if committed.is_err() {
-                // Taking the connection rolls the transaction back now: left open, it would hold
-                // the file's write lock against every other process until the next write.
-                drop(lock(conn));
+            match committed {
+                Ok(committed) => {
+                    for job in batch {
+                        job.answer(committed.clone());
+                    }
+                }
+                // A panic inside the commit (a clock that panics) fails this batch alone. Taking
+                // the connection rolls the transaction back now: left open, it would hold the
+                // file's write lock against every other process until the next write. Then the
+                // writes are dropped unanswered, which answers each that nothing was applied.
+                // The writer goes on; ended by the panic, it would leave `running` set, and no
+                // write would start another.
+                Err(_) => {
+                    drop(lock(conn));
+                    drop(batch);
+                }
             }
         }
     }
@@ -603,32 +614,28 @@ impl Drop for Writer {
     }
 }
 
-/// Runs `batch` in one transaction and answers each write once the commit's fate is known.
-/// A commit that keeps a change is counted in `commits` before any write is answered, so a
-/// caller that has its answer also sees the count.
+/// Runs `batch` in one transaction and says how the commit ended, for the writer to answer
+/// each write with once it has let the connection go. A commit that keeps a change is counted
+/// in `commits` before any write is answered, so a caller that has its answer also sees the
+/// count.
 fn commit_batch(
     conn: &mut Connection,
     clock: &dyn Clock,
-    mut batch: Vec<Box<dyn Pending>>,
+    batch: &mut [Box<dyn Pending>],
     commits: &AtomicU64,
-) {
-    let fail_all = |batch: Vec<Box<dyn Pending>>, why: String| {
-        for job in batch {
-            job.answer(Err(why.clone()));
-        }
-    };
+) -> Result<(), String> {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        return fail_all(batch, format!("sqlite: {e}"));
+        return Err(format!("sqlite: {e}"));
     }
     // One write alone needs no savepoint: when it fails, the transaction is rolled back.
     let alone = batch.len() == 1;
     let mut applied = 0;
-    for job in &mut batch {
+    for job in batch {
         let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([]));
         if !alone {
             if let Err(e) = step("SAVEPOINT toolkey_write") {
                 let _ = conn.execute_batch("ROLLBACK");
-                return fail_all(batch, format!("sqlite: {e}"));
+                return Err(format!("sqlite: {e}"));
             }
         }
         let now = to_millis(clock.now());
@@ -643,7 +650,7 @@ fn commit_batch(
         };
         if let Err(e) = settled {
             let _ = conn.execute_batch("ROLLBACK");
-            return fail_all(batch, format!("sqlite: {e}"));
+            return Err(format!("sqlite: {e}"));
         }
         applied += usize::from(ok);
     }
@@ -661,9 +668,7 @@ fn commit_batch(
     if applied > 0 && committed.is_ok() {
         commits.fetch_add(1, Ordering::Relaxed);
     }
-    for job in batch {
-        job.answer(committed.clone());
-    }
+    committed
 }
 
 /// A write waiting in [`Writes`]' queue.
@@ -1689,7 +1694,6 @@ mod tests {
         let path = dir.join("timeout.db");
         let store = SqliteStore::open(&path).unwrap();
         store.write(|tx, now| insert(tx, "k", now)).await.unwrap();
-        writer_ended(&store).await;
         {
             let _inline = store.inline.lock().unwrap();
             for key in ["k", "absent"] {
@@ -1849,18 +1853,6 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// Waits for the store's writer to end. A write is answered while the writer still holds
-    /// the writer's connection (it answers each write of a batch, then lets the connection go,
-    /// and lingers for more before it ends): a test that needs that connection free, with no
-    /// write queued, waits for this first.
-    async fn writer_ended(store: &SqliteStore) {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while store.writes.running.load(Ordering::Acquire) {
-            assert!(Instant::now() < deadline, "the writer did not end");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
     /// The system clock, which panics once when told to.
     struct PanicOnce(AtomicBool);
 
@@ -1888,15 +1880,13 @@ mod tests {
             matches!(&failed, Err(StoreError::Unavailable(_))),
             "{failed:?}"
         );
-        // Another process can take the write lock: the failed commit's transaction was rolled
-        // back, not left open until the next write.
+        // Another process can take the write lock as soon as the write is answered: the failed
+        // commit's transaction was rolled back first, not left open until the next write.
         let other = Connection::open(dir.join("panic.db")).unwrap();
         other.busy_timeout(Duration::ZERO).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while other.execute_batch("BEGIN IMMEDIATE").is_err() {
-            assert!(Instant::now() < deadline, "the write lock is still held");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("the write lock is free once the failed write is answered");
         other.execute_batch("ROLLBACK").unwrap();
         let wrote = tokio::time::timeout(
             Duration::from_secs(5),
@@ -1923,9 +1913,6 @@ mod tests {
         clock.0.store(true, Ordering::Release);
         let failed = store.write(|tx, now| insert(tx, "lost", now)).await;
         assert!(matches!(failed, Err(StoreError::Unavailable(_))));
-        // Answered as its batch unwound, before the writer let the connection go and rolled the
-        // transaction back.
-        writer_ended(&store).await;
         assert!(store.conn.is_poisoned());
         let inline = store.inline.lock().unwrap();
         let read = store.read_inline(&RecordKey::new("acme", "k"));
