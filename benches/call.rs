@@ -339,6 +339,33 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
     );
     static FLOOR: toolkey::__private::FingerprintSchema =
         toolkey::__private::FingerprintSchema::new("send_invoice", || json!({}));
+    // The key and fingerprint made by hand, as the floor makes them.
+    let by_hand = |customer: &str| {
+        let mut built = toolkey::__private::KeyBuilder::new("invoice:", ":");
+        built.part(customer, "customer");
+        built.literal(":");
+        built.part("2026-10", "period");
+        let key = built.finish().unwrap();
+        let mut fields = toolkey::__private::FingerprintFields::new(&FLOOR);
+        fields.field("amount", &100.0f64);
+        (key, toolkey::__private::fingerprint(fields).unwrap())
+    };
+    // Written by hand, they could drift from what the macro generates and time other work: they
+    // must be the ones `send_invoice` derives from the same arguments.
+    {
+        use toolkey::Tool;
+        let args = json!({"customer": "f0", "period": "2026-10", "amount": 100.0});
+        let call = SendInvoice.prepare(&args, ctx).unwrap();
+        let (key, fingerprint) = by_hand("f0");
+        assert_eq!(Some(&key), call.key(), "the floor's key is the tool's");
+        assert_eq!(
+            Some(&fingerprint),
+            call.fingerprint(),
+            "the floor's fingerprint is the tool's"
+        );
+    }
+    // The record's tenant, as a call in `ctx` keeps it.
+    let tenant = ctx.tenant().unwrap_or("");
     let mut floor_fresh = 0u64;
     side_by_side(
         "call/ratios: the keyed first call's floor (memory: the read_only call, a key, a fingerprint, reserve and complete by hand) against the read_only call",
@@ -357,15 +384,8 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
                         .call("peek_invoice", replayed.clone(), ctx)
                         .await
                         .unwrap();
-                    let mut built = toolkey::__private::KeyBuilder::new("invoice:", ":");
-                    built.part(customer.as_str(), "customer");
-                    built.literal(":");
-                    built.part("2026-10", "period");
-                    let key = built.finish().unwrap();
-                    let key = toolkey::store::RecordKey::new("acme", key.as_str());
-                    let mut fields = toolkey::__private::FingerprintFields::new(&FLOOR);
-                    fields.field("amount", &100.0f64);
-                    let fingerprint = toolkey::__private::fingerprint(fields).unwrap();
+                    let (key, fingerprint) = by_hand(&customer);
+                    let key = toolkey::store::RecordKey::new(tenant, key.as_str());
                     let token = toolkey::store::Token::generate();
                     let reserved = floor_store
                         .reserve(&key, "send_invoice", &fingerprint, &token, lease)
