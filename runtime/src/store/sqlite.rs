@@ -531,7 +531,7 @@ impl Writes {
             // rolled back): a caller that has its answer finds the connection free for its next
             // read, and the file's write lock free for another process.
             let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                commit_batch(&mut lock(conn), clock, &mut batch, &self.commits)
+                commit_batch(&lock(conn), clock, &mut batch, &self.commits)
             }));
             match committed {
                 Ok(committed) => {
@@ -615,60 +615,56 @@ impl Drop for Writer {
 }
 
 /// Runs `batch` in one transaction and says how the commit ended, for the writer to answer
-/// each write with once it has let the connection go. A commit that keeps a change is counted
-/// in `commits` before any write is answered, so a caller that has its answer also sees the
-/// count.
+/// each write with once it has let the connection go. Whatever failed, no transaction is left
+/// open. A commit that keeps a change is counted in `commits` before any write is answered, so
+/// a caller that has its answer also sees the count.
 fn commit_batch(
-    conn: &mut Connection,
+    conn: &Connection,
     clock: &dyn Clock,
     batch: &mut [Box<dyn Pending>],
     commits: &AtomicU64,
 ) -> Result<(), String> {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        return Err(format!("sqlite: {e}"));
+    let ended = apply_batch(conn, clock, batch).and_then(|applied| {
+        // A batch that changed nothing has nothing to flush.
+        conn.execute_batch(if applied == 0 { "ROLLBACK" } else { "COMMIT" })?;
+        Ok(applied)
+    });
+    roll_back_open(conn);
+    let applied = ended.map_err(|e| format!("sqlite: {e}"))?;
+    if applied > 0 {
+        commits.fetch_add(1, Ordering::Relaxed);
     }
+    Ok(())
+}
+
+/// Begins a transaction and applies each write of `batch` in it, a failed write's changes
+/// rolled back alone; how many applied. An error leaves the transaction open.
+fn apply_batch(
+    conn: &Connection,
+    clock: &dyn Clock,
+    batch: &mut [Box<dyn Pending>],
+) -> rusqlite::Result<usize> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
     // One write alone needs no savepoint: when it fails, the transaction is rolled back.
     let alone = batch.len() == 1;
+    let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([]));
     let mut applied = 0;
     for job in batch {
-        let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([]));
         if !alone {
-            if let Err(e) = step("SAVEPOINT toolkey_write") {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(format!("sqlite: {e}"));
-            }
+            step("SAVEPOINT toolkey_write")?;
         }
         let now = to_millis(clock.now());
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.apply(conn, now)))
             .unwrap_or(false);
-        let settled = match (alone, ok) {
-            (true, _) => Ok(0),
-            (false, true) => step("RELEASE toolkey_write"),
-            (false, false) => {
-                step("ROLLBACK TO toolkey_write").and_then(|_| step("RELEASE toolkey_write"))
+        if !alone {
+            if !ok {
+                step("ROLLBACK TO toolkey_write")?;
             }
-        };
-        if let Err(e) = settled {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(format!("sqlite: {e}"));
+            step("RELEASE toolkey_write")?;
         }
         applied += usize::from(ok);
     }
-    let committed = if applied == 0 {
-        conn.execute_batch("ROLLBACK")
-    } else {
-        conn.execute_batch("COMMIT")
-    };
-    let committed = committed.map_err(|e| {
-        if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        format!("sqlite: {e}")
-    });
-    if applied > 0 && committed.is_ok() {
-        commits.fetch_add(1, Ordering::Relaxed);
-    }
-    committed
+    Ok(applied)
 }
 
 /// A write waiting in [`Writes`]' queue.
@@ -835,10 +831,16 @@ fn writer_stopped() -> StoreError {
 /// rolled back so the next call starts clean.
 fn lock(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
     let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+    roll_back_open(&conn);
+    conn
+}
+
+/// Rolls back the transaction `conn` has open, if any: left open, it would hold the file's
+/// write lock against every other process.
+fn roll_back_open(conn: &Connection) {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    conn
 }
 
 /// The connection, if no one holds it. A connection whose holder panicked is taken as [`lock`]
@@ -1895,6 +1897,47 @@ mod tests {
         .await;
         assert!(matches!(wrote, Ok(Ok(()))), "{wrote:?}");
         assert_eq!(keys(&store), ["kept"]);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A batch whose transaction fails part way (here a write that ends its own savepoint, so
+    /// that the writer's release of it fails) answers every write of it that nothing was
+    /// applied, and only once the transaction is rolled back: the writer's connection is outside
+    /// a transaction, and another process takes the write lock at once.
+    #[test]
+    fn a_batch_that_fails_part_way_is_rolled_back_before_its_writes_are_answered() {
+        let dir = tempfile_dir();
+        let store = SqliteStore::open(dir.join("failed.db")).unwrap();
+        // Both writes queued before a writer runs, so that one commit carries them.
+        let (first, first_answer) = Job::queued(|conn: &Connection, now| {
+            insert(conn, "first", now)?;
+            conn.execute_batch("RELEASE toolkey_write")
+                .map_err(unavailable)
+        });
+        let (second, second_answer) =
+            Job::queued(|conn: &Connection, now| insert(conn, "second", now));
+        assert!(store.writes.submit(first), "no writer was running");
+        assert!(!store.writes.submit(second));
+        store.writes.combine(&store.conn, &*store.clock);
+        for mut answer in [first_answer, second_answer] {
+            let answer = answer.try_recv().expect("answered when the writer returns");
+            assert!(
+                matches!(&answer, Err(StoreError::Unavailable(_))),
+                "{answer:?}"
+            );
+        }
+        assert!(
+            store.conn.lock().unwrap().is_autocommit(),
+            "the writer's connection holds no transaction"
+        );
+        let other = Connection::open(dir.join("failed.db")).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("the write lock is free once the writes are answered");
+        other.execute_batch("ROLLBACK").unwrap();
+        assert!(keys(&store).is_empty(), "{:?}", keys(&store));
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
