@@ -1884,12 +1884,7 @@ mod tests {
         );
         // Another process can take the write lock as soon as the write is answered: the failed
         // commit's transaction was rolled back first, not left open until the next write.
-        let other = Connection::open(dir.join("panic.db")).unwrap();
-        other.busy_timeout(Duration::ZERO).unwrap();
-        other
-            .execute_batch("BEGIN IMMEDIATE")
-            .expect("the write lock is free once the failed write is answered");
-        other.execute_batch("ROLLBACK").unwrap();
+        assert_write_lock_free(&dir.join("panic.db"));
         let wrote = tokio::time::timeout(
             Duration::from_secs(5),
             store.write(|tx, now| insert(tx, "kept", now)),
@@ -1931,12 +1926,7 @@ mod tests {
             store.conn.lock().unwrap().is_autocommit(),
             "the writer's connection holds no transaction"
         );
-        let other = Connection::open(dir.join("failed.db")).unwrap();
-        other.busy_timeout(Duration::ZERO).unwrap();
-        other
-            .execute_batch("BEGIN IMMEDIATE")
-            .expect("the write lock is free once the writes are answered");
-        other.execute_batch("ROLLBACK").unwrap();
+        assert_write_lock_free(&dir.join("failed.db"));
         assert!(keys(&store).is_empty(), "{:?}", keys(&store));
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
@@ -2120,6 +2110,16 @@ mod tests {
 
     /// A fresh directory under the system's temporary directory (the runtime has no tempfile
     /// dependency).
+    /// Another process takes the file's write lock at once: no transaction holds it.
+    fn assert_write_lock_free(path: &std::path::Path) {
+        let other = Connection::open(path).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("the write lock is free");
+        other.execute_batch("ROLLBACK").unwrap();
+    }
+
     fn tempfile_dir() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("toolkey-sqlite-{}", Token::generate()));
         std::fs::create_dir_all(&dir).unwrap();
