@@ -2108,8 +2108,6 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// A fresh directory under the system's temporary directory (the runtime has no tempfile
-    /// dependency).
     /// Another process takes the file's write lock at once: no transaction holds it.
     fn assert_write_lock_free(path: &std::path::Path) {
         let other = Connection::open(path).unwrap();
@@ -2120,6 +2118,8 @@ mod tests {
         other.execute_batch("ROLLBACK").unwrap();
     }
 
+    /// A fresh directory under the system's temporary directory (the runtime has no tempfile
+    /// dependency).
     fn tempfile_dir() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("toolkey-sqlite-{}", Token::generate()));
         std::fs::create_dir_all(&dir).unwrap();
