@@ -483,16 +483,21 @@ impl Store for MemoryStore {
     }
 
     fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
-        self.with(|records, now| {
-            let node = records.get_mut(key)?;
-            if node.state != State::Completed || node.expired(now) {
-                return None;
-            }
-            // Read once, then copied: only the first read needs a key of its own. A record
-            // that cannot be read is left to `reserve`, which reports it.
-            node.kept_record()
-                .or_else(|| node.record(&RecordKey::from(key), now).ok())
-        })
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let node = records.get_mut(key)?;
+        if node.state != State::Completed {
+            return None;
+        }
+        // The clock is read only for a completed record, whose expiry it decides: a first call
+        // (no record yet) asks before every reserve, and reads the clock there.
+        let now = self.now_ms();
+        if node.expired(now) {
+            return None;
+        }
+        // Read once, then copied: only the first read needs a key of its own. A record that
+        // cannot be read is left to `reserve`, which reports it.
+        node.kept_record()
+            .or_else(|| node.record(&RecordKey::from(key), now).ok())
     }
 
     async fn complete(
@@ -701,6 +706,59 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(30);
     const RETAIN: Duration = Duration::from_secs(60);
+
+    /// A [`ManualClock`] that counts how often it is read.
+    #[derive(Default)]
+    struct CountedClock {
+        clock: ManualClock,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl CountedClock {
+        fn reads(&self) -> usize {
+            self.reads.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    impl Clock for CountedClock {
+        fn now(&self) -> SystemTime {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.clock.now()
+        }
+    }
+
+    /// The lookup every keyed call makes before its reserve reads the clock only for a completed
+    /// record, whose expiry it decides: a first call (no record) and a call meeting one in
+    /// progress read it in their reserve alone. A completed record past its retention is still
+    /// not answered from memory.
+    #[tokio::test]
+    async fn the_lookup_before_a_reserve_reads_the_clock_only_for_a_completed_record() {
+        let clock = Arc::new(CountedClock::default());
+        let store = MemoryStore::with_clock(clock.clone());
+        let key = RecordKey::new("acme", "invoice:7");
+        assert!(replayed(&store, &key).is_none());
+        assert_eq!(clock.reads(), 0, "no record: no clock read");
+
+        let token = reserved(&store, &key).await;
+        let after_reserve = clock.reads();
+        assert!(replayed(&store, &key).is_none());
+        assert_eq!(clock.reads(), after_reserve, "in progress: no clock read");
+
+        let done = Outcome::Ok(serde_json::json!(7));
+        assert!(store.complete(&key, &token, &done, RETAIN).await.unwrap());
+        let completed = clock.reads();
+        assert_eq!(replayed(&store, &key), Some(done));
+        assert_eq!(
+            clock.reads(),
+            completed + 1,
+            "completed: its expiry is read"
+        );
+
+        clock.clock.advance(RETAIN);
+        assert!(replayed(&store, &key).is_none(), "expired: not replayed");
+        assert_eq!(clock.reads(), completed + 2);
+    }
 
     /// The token under which `key`, free, is now reserved.
     async fn reserved(store: &MemoryStore, key: &RecordKey) -> Token {
