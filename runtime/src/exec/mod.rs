@@ -276,25 +276,15 @@ impl Executor {
             }
             _ => None,
         };
-        let body = {
-            let (exec, def, ctx) = (self.clone(), def.clone(), ctx.clone());
-            let (slot, tally, observed) = (slot.clone(), tally.clone(), observed.clone());
-            async move {
-                let answer = if def.story == Story::Idempotent {
-                    keyed::run(exec, def, observed.tool_name(), call, rkey, ctx, slot).await
-                } else {
-                    let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;
-                    match tally {
-                        Some(tally) => tally
-                            .settle(&exec.limits, &def, &ctx, answer)
-                            .inspect_err(|e| exec.count_retry_limited(e)),
-                        None => answer,
-                    }
-                };
-                observed.finish(answer.as_ref().map(|out| out.replayed));
-                answer
-            }
-        };
+        let body = self.boxed_work(
+            def.clone(),
+            call,
+            rkey,
+            ctx,
+            slot.clone(),
+            tally.clone(),
+            observed,
+        );
         let Some(limit) = timeout else {
             // No deadline to keep: the work starts in the caller's task. Work that ends without
             // waiting (a store in memory, a body that does not wait) is answered there, with no
@@ -303,8 +293,7 @@ impl Executor {
             // running.
             // Boxed first, so the wrappers move a pointer rather than the whole call.
             let mut work = Box::pin(
-                AssertUnwindSafe(self.tracker.track_future(observed.scope(Box::pin(body))))
-                    .catch_unwind(),
+                AssertUnwindSafe(self.tracker.track_future(observed.scope(body))).catch_unwind(),
             );
             let ended = match futures_util::poll!(&mut work) {
                 std::task::Poll::Ready(ended) => Ok(ended),
@@ -323,7 +312,7 @@ impl Executor {
             });
         };
         // Boxed first, so the wrappers move a pointer rather than the whole call.
-        let mut task = self.tracker.spawn(observed.scope(Box::pin(body)));
+        let mut task = self.tracker.spawn(observed.scope(body));
         let joined = match tokio::time::timeout(limit, &mut task).await {
             Ok(joined) => joined,
             Err(_) => {
@@ -359,6 +348,41 @@ impl Executor {
             let err = task_ended(&def.name, e);
             observed.finish(Err(&err));
             Err(err)
+        })
+    }
+
+    /// The work of a call that does not run inline: the keyed path, or a body without a key, then
+    /// its answer recorded in `observed`. Made and boxed in a frame of its own, so that the call's
+    /// state (about 3 KB) is copied once, into its box, rather than moved through the caller's
+    /// frame on its way there.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn boxed_work(
+        self: &Arc<Self>,
+        def: Arc<ToolDefinition>,
+        call: Call,
+        rkey: Option<RecordKey>,
+        ctx: &ToolContext,
+        slot: Option<Arc<Slot>>,
+        tally: Option<Arc<Tally>>,
+        observed: &Observed,
+    ) -> std::pin::Pin<Box<impl std::future::Future<Output = Result<ToolOutput, ToolError>> + Send>>
+    {
+        let (exec, ctx, observed) = (self.clone(), ctx.clone(), observed.clone());
+        Box::pin(async move {
+            let answer = if def.story == Story::Idempotent {
+                keyed::run(exec, def, observed.tool_name(), call, rkey, ctx, slot).await
+            } else {
+                let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;
+                match tally {
+                    Some(tally) => tally
+                        .settle(&exec.limits, &def, &ctx, answer)
+                        .inspect_err(|e| exec.count_retry_limited(e)),
+                    None => answer,
+                }
+            };
+            observed.finish(answer.as_ref().map(|out| out.replayed));
+            answer
         })
     }
 
