@@ -405,6 +405,7 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
         },
         read_only,
     );
+    bare_floor(rt, ctx, &plain, &replayed, read_only);
     for (name, toolbox) in [("memory", &keyed), ("memory, local cache", &cached)] {
         side_by_side(
             &format!("call/ratios: keyed replay ({name}) against the read_only call"),
@@ -413,6 +414,88 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
             read_only,
         );
     }
+}
+
+/// A first call's record kept with nothing but plain parts (see [`bare_floor`]).
+struct Bare {
+    fingerprint: [u8; 32],
+    token: u64,
+    lease_until: std::time::SystemTime,
+    /// The outcome's text and the end of its retention.
+    outcome: Option<(String, std::time::SystemTime)>,
+}
+
+/// The floor under any store, beside the `read_only` call: that call, then, with plain parts
+/// only, the key's text (one allocation), a SHA-256 fingerprint (one compression, as the tool's
+/// takes), a counter for the token, a clock read and an insert into a hash map (hashbrown with
+/// foldhash, which the memory store used until it got its own table), and the outcome written as
+/// text into the record with a second clock read. No lock, no fencing check, no lease to renew,
+/// no telemetry, no future of its own: a first call whose store keeps its record, and its outcome
+/// as text (as every store here does), can come no closer to the `read_only` call than this.
+fn bare_floor(
+    rt: &tokio::runtime::Runtime,
+    ctx: &ToolContext,
+    plain: &Toolbox,
+    args: &serde_json::Value,
+    read_only: impl FnMut(usize) -> std::time::Duration,
+) {
+    use sha2::Digest;
+    let tenant = ctx.tenant().unwrap_or("");
+    let (lease, retain) = (
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_secs(86_400),
+    );
+    let mut records: hashbrown::HashMap<String, Bare> = hashbrown::HashMap::new();
+    let (mut fresh, mut tokens) = (0u64, 0u64);
+    side_by_side(
+        "call/ratios: a bare record's floor (the read_only call, then with plain parts a key, a SHA-256 fingerprint, a counter for a token, a hash map insert and the outcome's text, two clock reads) against the read_only call",
+        4_000,
+        |runs| {
+            let runs: Vec<(String, serde_json::Value)> = (0..runs)
+                .map(|_| {
+                    fresh += 1;
+                    (format!("b{fresh}"), args.clone())
+                })
+                .collect();
+            let records = &mut records;
+            let tokens = &mut tokens;
+            rt.block_on(async move {
+                let start = std::time::Instant::now();
+                for (customer, args) in runs {
+                    let out = plain.call("peek_invoice", args, ctx).await.unwrap();
+                    let key = format!("{tenant}\u{0}invoice:{customer}:2026-10");
+                    let mut hash = sha2::Sha256::new();
+                    hash.update(std::hint::black_box(b"send_invoice\n{\"amount\":100}"));
+                    let fingerprint: [u8; 32] = hash.finalize().into();
+                    *tokens += 1;
+                    let now = std::time::SystemTime::now();
+                    let record = match records.entry(key) {
+                        hashbrown::hash_map::Entry::Vacant(free) => free.insert(Bare {
+                            fingerprint,
+                            token: *tokens,
+                            lease_until: now + lease,
+                            outcome: None,
+                        }),
+                        hashbrown::hash_map::Entry::Occupied(_) => panic!("a fresh key was held"),
+                    };
+                    let text = serde_json::to_string(&out.value).unwrap();
+                    record.outcome = Some((text, std::time::SystemTime::now() + retain));
+                    std::hint::black_box(&out);
+                }
+                start.elapsed()
+            })
+        },
+        read_only,
+    );
+    // Every record was kept to the end, as a store keeps them, with its fingerprint, its token
+    // and its outcome.
+    let fingerprint: [u8; 32] = sha2::Sha256::digest(b"send_invoice\n{\"amount\":100}").into();
+    assert_eq!(records.len() as u64, tokens);
+    assert!(records.values().all(|r| r.fingerprint == fingerprint
+        && r.token <= tokens
+        && r.outcome
+            .as_ref()
+            .is_some_and(|(_, until)| r.lease_until < *until)));
 }
 
 criterion_group! {
