@@ -373,12 +373,7 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
         |runs| {
             // The `read_only` call's arguments too are made before the clock starts, as the
             // `read_only` side makes them: the floor times only what it adds to that call.
-            let runs: Vec<(String, serde_json::Value)> = (0..runs)
-                .map(|_| {
-                    floor_fresh += 1;
-                    (format!("f{floor_fresh}"), replayed.clone())
-                })
-                .collect();
+            let runs = fresh_runs("f", &mut floor_fresh, &replayed, runs);
             rt.block_on(async {
                 let start = std::time::Instant::now();
                 for (customer, args) in runs {
@@ -416,6 +411,23 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
     }
 }
 
+/// `runs` customers never used before (`prefix` and the next numbers of `counter`), each with a
+/// copy of `args`: a floor's `read_only` calls and the keys it records them under, made before
+/// its clock starts.
+fn fresh_runs(
+    prefix: &str,
+    counter: &mut u64,
+    args: &serde_json::Value,
+    runs: usize,
+) -> Vec<(String, serde_json::Value)> {
+    (0..runs)
+        .map(|_| {
+            *counter += 1;
+            (format!("{prefix}{counter}"), args.clone())
+        })
+        .collect()
+}
+
 /// A first call's record kept with nothing but plain parts (see [`bare_floor`]).
 struct Bare {
     fingerprint: [u8; 32],
@@ -451,12 +463,7 @@ fn bare_floor(
         "call/ratios: a bare record's floor (the read_only call, then with plain parts a key, a SHA-256 fingerprint, a counter for a token, a hash map insert and the outcome's text, two clock reads) against the read_only call",
         4_000,
         |runs| {
-            let runs: Vec<(String, serde_json::Value)> = (0..runs)
-                .map(|_| {
-                    fresh += 1;
-                    (format!("b{fresh}"), args.clone())
-                })
-                .collect();
+            let runs = fresh_runs("b", &mut fresh, args, runs);
             let records = &mut records;
             let tokens = &mut tokens;
             rt.block_on(async move {
