@@ -407,10 +407,16 @@ impl MemoryStore {
         to_millis(self.clock.now())
     }
 
+    /// The records, locked. An operation that does not depend on the time takes them this way,
+    /// and reads no clock.
+    fn records(&self) -> std::sync::MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `f` over the records, locked, and the time (ms), read before the lock is taken.
     fn with<T>(&self, f: impl FnOnce(&mut Records, i64) -> T) -> T {
         let now = self.now_ms();
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut records, now)
+        f(&mut self.records(), now)
     }
 
     /// The failures counted for `key` in a window still open at `now` (ms).
@@ -430,11 +436,9 @@ impl MemoryStore {
     #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn __corrupt(&self, key: &RecordKey) {
-        self.with(|records, _| {
-            if let Some(node) = records.get_mut(key.borrowed()) {
-                node.hold_text("{not json");
-            }
-        })
+        if let Some(node) = self.records().get_mut(key.borrowed()) {
+            node.hold_text("{not json");
+        }
     }
 }
 
@@ -483,7 +487,7 @@ impl Store for MemoryStore {
     }
 
     fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut records = self.records();
         let node = records.get_mut(key)?;
         if node.state != State::Completed {
             return None;
@@ -514,7 +518,7 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.with(|records, _| Ok(records.remove_if(key, |node| node.held_by(token))))
+        Ok(self.records().remove_if(key, |node| node.held_by(token)))
     }
 
     async fn renew(
@@ -533,13 +537,13 @@ impl Store for MemoryStore {
     }
 
     async fn mark_unknown(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {
-        self.with(|records, _| match records.get_mut(key.borrowed()) {
+        match self.records().get_mut(key.borrowed()) {
             Some(node) if node.held_by(token) => {
                 node.state = State::Unknown;
                 Ok(true)
             }
             _ => Ok(false),
-        })
+        }
     }
 
     async fn take_over(
@@ -758,6 +762,29 @@ mod tests {
         clock.clock.advance(RETAIN);
         assert!(replayed(&store, &key).is_none(), "expired: not replayed");
         assert_eq!(clock.reads(), completed + 2);
+    }
+
+    /// A release and a mark as unknown do not depend on the time, and read no clock: only the
+    /// reserves before them do.
+    #[tokio::test]
+    async fn writes_that_do_not_depend_on_the_time_read_no_clock() {
+        let clock = Arc::new(CountedClock::default());
+        let store = MemoryStore::with_clock(clock.clone());
+        let (released, unknown) = (RecordKey::new("acme", "a"), RecordKey::new("acme", "b"));
+        let token = reserved(&store, &released).await;
+        let before = clock.reads();
+        assert!(store.release(&released, &token).await.unwrap());
+        assert_eq!(clock.reads(), before, "release");
+
+        let token = reserved(&store, &unknown).await;
+        let before = clock.reads();
+        assert!(store.mark_unknown(&unknown, &token).await.unwrap());
+        assert_eq!(clock.reads(), before, "mark_unknown");
+        assert!(matches!(
+            store.get(&unknown).await.unwrap(),
+            Some(Record::Stale { .. })
+        ));
+        assert!(store.get(&released).await.unwrap().is_none());
     }
 
     /// The token under which `key`, free, is now reserved.
