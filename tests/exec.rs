@@ -374,6 +374,70 @@ async fn falsy_results_are_recorded_and_replayed() {
     assert_eq!(runs.load(Ordering::SeqCst), 5);
 }
 
+/// A conversion whose rate comes out with all seventeen digits a float can need.
+#[tool(idempotent(key = "convert:<order>", status = "convert_status"))]
+async fn convert(runs: State<AtomicUsize>, order: String, amount: f64) -> Result<Value, ToolError> {
+    let _ = order;
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(json!({"booked": amount, "rate": 117.633_311_394_000_17}))
+}
+
+/// A replay and a status answer show the float the first call answered, to the last bit: the
+/// stores keep results as text, and these floats read back one unit off in a careless reading.
+/// (The workspace's test dependencies turn serde_json's exact reading on whatever the runtime
+/// asks for; CI also runs the runtime's own unit test of it with a user's features.)
+#[tokio::test]
+async fn a_float_result_replays_to_the_last_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [(&str, Arc<dyn Store>); 2] = [
+        ("memory", Arc::new(MemoryStore::new())),
+        (
+            "sqlite",
+            Arc::new(toolkey::store::SqliteStore::open(dir.path().join("toolkey.db")).unwrap()),
+        ),
+    ];
+    let amounts: [f64; 3] = [
+        0.921_568_632_125_854_5,
+        10_587.436_593_658_975,
+        1.577_777_777_777_000_1,
+    ];
+    for (name, store) in stores {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let toolbox = Toolbox::builder()
+            .shared_state(runs.clone())
+            .shared_store(store)
+            .tool(Convert)
+            .build()
+            .unwrap();
+        let bits = |value: &Value| {
+            let number = |field: &str| value[field].as_f64().map(f64::to_bits);
+            (number("booked"), number("rate"))
+        };
+        for (i, amount) in amounts.into_iter().enumerate() {
+            let args = json!({"order": format!("o{i}"), "amount": amount});
+            let first = toolbox.call("convert", args.clone(), &ctx()).await.unwrap();
+            let expected = (
+                Some(amount.to_bits()),
+                Some(117.633_311_394_000_17_f64.to_bits()),
+            );
+            assert_eq!((bits(&first.value), first.replayed), (expected, false));
+            // The second replay of the memory store copies what its first read kept.
+            for _ in 0..2 {
+                let again = toolbox.call("convert", args.clone(), &ctx()).await.unwrap();
+                assert_eq!(
+                    (bits(&again.value), again.replayed),
+                    (expected, true),
+                    "{name}"
+                );
+            }
+            let status = toolbox.call("convert_status", args, &ctx()).await.unwrap();
+            assert_eq!(status.value["status"], "completed", "{name}");
+            assert_eq!(bits(&status.value["result"]), expected, "{name}");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), amounts.len(), "{name}");
+    }
+}
+
 /// A result `levels` deep: arrays and objects in turn around a number. (Not with `json!`, which
 /// would copy the value built so far at every level.)
 fn nested(levels: usize) -> Value {

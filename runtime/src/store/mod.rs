@@ -728,6 +728,41 @@ mod tests {
         }
     }
 
+    /// A float in a result reads back as the very number written: a replay and a status answer
+    /// show the result the first call answered, not a neighbour one unit in the last place
+    /// away (what serde_json reads for these without its `float_roundtrip` feature).
+    #[test]
+    fn a_float_result_reads_back_as_the_same_number() {
+        let key = RecordKey::new("t", "k");
+        let floats = [
+            117.633_311_394_000_17,
+            0.921_568_632_125_854_5,
+            10_587.436_593_658_975,
+            1.577_777_777_777_000_1,
+            0.1 + 0.2,
+            5e-324,
+            f64::MAX,
+            -2.225_073_858_507_201e-308,
+        ];
+        for float in floats {
+            for result in [
+                json!(float),
+                json!({"amount": float, "rates": [float, 1.5]}),
+            ] {
+                let text = Outcome::Ok(result.clone()).to_stored();
+                let Ok(Outcome::Ok(read)) = Outcome::from_stored(&key, &text) else {
+                    panic!("{text} did not read back");
+                };
+                let bits = |value: &Value| {
+                    let number = value.get("amount").unwrap_or(value);
+                    number.as_f64().map(f64::to_bits)
+                };
+                assert_eq!(bits(&read), Some(float.to_bits()), "{text}");
+                assert_eq!(read, result, "{text}");
+            }
+        }
+    }
+
     /// serde_json reads 128 levels at most; a result nested deeper is written all the same, and
     /// must read back, by every store, for its replays and status answers to tell the truth.
     #[test]
