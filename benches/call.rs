@@ -472,7 +472,13 @@ fn bare_floor(
                 let start = std::time::Instant::now();
                 for (customer, args) in runs {
                     let out = plain.call("peek_invoice", args, ctx).await.unwrap();
-                    let key = format!("{tenant}\u{0}invoice:{customer}:2026-10");
+                    // Its parts copied into one allocation of the right size, as the key
+                    // writer of a tool does (with `format!`, the floor read 0.01x to 0.08x
+                    // higher in three runs A B A B).
+                    let mut key = String::with_capacity(tenant.len() + customer.len() + 17);
+                    for part in [tenant, "\u{0}invoice:", &customer, ":2026-10"] {
+                        key.push_str(part);
+                    }
                     let mut hash = sha2::Sha256::new();
                     hash.update(std::hint::black_box(FINGERPRINTED));
                     let fingerprint: [u8; 32] = hash.finalize().into();
