@@ -428,7 +428,9 @@ impl StoreError {
 /// - **Expiry at read time.** A completed record past its retention is absent to `reserve` and
 ///   `get`, whether or not it was purged yet.
 /// - **Tenants.** A record is visible only under its own tenant.
-/// - **Every outcome round-trips**, `null`, `0`, `false`, `{}` and errors included.
+/// - **Every outcome round-trips**, `null`, `0`, `false`, `{}` and errors included, and every
+///   float to the last bit: a store that keeps [`Outcome::to_stored`]'s text as it is and reads
+///   it with [`Outcome::from_stored`] does.
 /// - **Corruption is loud.** A record that cannot be read is [`StoreError::Corrupt`], never
 ///   treated as absent.
 /// - **Fail closed.** When the store cannot be reached, `reserve` returns
