@@ -214,6 +214,14 @@ impl ToolContext {
     /// (`send-0`, `send-1`). A step that failed with a retryable error recorded nothing, and may
     /// be tried again under its name.
     ///
+    /// A step hands back its result as a replay would: recorded, then read back into its type.
+    /// A result that does not read back (a field serde skips when writing and requires when
+    /// reading, a NaN, which JSON writes as `null`) is found at the step's first run, and, the
+    /// step having acted, its outcome is unknown (`OUTCOME_UNKNOWN`). A recorded result that no
+    /// longer fits a step's changed type is refused (`INTERNAL`), and the call's key freed, not
+    /// recorded with that failure: the step never runs again, and the call finishes once the
+    /// code reads its result.
+    ///
     /// ```text
     /// let invoice = ctx.once("invoice-create", async { billing.create(&customer).await }).await?;
     /// ctx.once("invoice-email", async { mailer.send(&invoice).await }).await?;

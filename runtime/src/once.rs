@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::lease::{drive, recordable, settle, unreserve, Holder, Recorder, What};
@@ -226,8 +227,7 @@ impl OnceScope {
                     return Err(texts::step_unknown(step));
                 }
             };
-            return serde_json::from_value(value)
-                .map_err(|e| texts::step_result_unfit(step, &e.to_string()));
+            return self.read_back(step, value);
         };
         observed.mark(Happened::Executed);
         let recorded = async {
@@ -236,7 +236,15 @@ impl OnceScope {
             // a failure, or a retry would act again.
             let value = serde_json::to_value(&value)
                 .map_err(|e| texts::step_unrecordable(step, &e.to_string()))?;
-            recordable(value, what)
+            let value = recordable(value, what)?;
+            // Nor a result that would not read back into its type (a field serde skips when
+            // writing and requires when reading, a NaN written as `null`): the step hands back
+            // what a replay would, and a replay could not. (Read once its depth is known to be
+            // bounded.)
+            if let Err(e) = T::deserialize(&value) {
+                return Err(texts::step_unrecordable(step, &e.to_string()));
+            }
+            Ok(value)
         };
         let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
         let holder = Holder {
@@ -247,7 +255,18 @@ impl OnceScope {
             what,
         };
         let value = settle(&holder, self.retain, ran, renewal, None).await?;
-        serde_json::from_value(value).map_err(|e| texts::step_result_unfit(step, &e.to_string()))
+        self.read_back(step, value)
+    }
+
+    /// A step's recorded result, read into its type. One that no longer fits (the step's type
+    /// changed since it ran) is refused, and the parent's key released rather than recorded
+    /// with that failure: the step did its work, and the call can finish once the code reads
+    /// its result again.
+    fn read_back<T: DeserializeOwned>(&self, step: &str, value: Value) -> Result<T, ToolError> {
+        serde_json::from_value(value).map_err(|e| {
+            self.release_parent.store(true, Ordering::SeqCst);
+            texts::step_result_unfit(step, &e.to_string())
+        })
     }
 }
 

@@ -399,6 +399,7 @@ pub(crate) fn looked_up_on_retry(err: ToolError, has_recover: bool, per_call: bo
 /// The body (or the recover hook) returned `Ok`, and its result cannot be serialized: the
 /// effect happened, so the outcome is unknown, never a failure.
 pub(crate) fn unrecordable_result(problem: &str) -> ToolError {
+    let problem = without_values(problem);
     ToolError::new(
         ErrorCode::OutcomeUnknown,
         format!("the tool acted, but its result cannot be recorded ({problem}), so it is kept as unknown"),
@@ -509,19 +510,57 @@ pub(crate) fn step_unknown(step: &str) -> ToolError {
     ))
 }
 
-/// A step's recorded result no longer deserializes into the type the step returns.
+/// A step's recorded result no longer deserializes into the type the step returns (the call's
+/// key is freed, not recorded with this).
 pub(crate) fn step_result_unfit(step: &str, problem: &str) -> ToolError {
+    let problem = without_values(problem);
     ToolError::internal(format!(
-        "the recorded result of step `{step}` no longer fits its type: {problem}"
+        "the recorded result of step `{step}` no longer fits its type: {problem}; the step did its work, and will not run again"
     ))
+    .with_suggestion("do not repeat the action: the step's work is done, and this call can finish only once the tool's code reads its result; tell the user that the tool is defective and what it reported")
 }
 
-/// A step acted, and its result cannot be serialized: unknown, never a failure, or a retry
-/// would act again.
+/// A step acted, and its result cannot be recorded (it does not serialize, or would not read
+/// back into its type): unknown, never a failure, or a retry would act again.
 pub(crate) fn step_unrecordable(step: &str, problem: &str) -> ToolError {
+    let problem = without_values(problem);
     ToolError::outcome_unknown(format!(
         "step `{step}` acted, but its result cannot be recorded: {problem}"
     ))
+}
+
+/// serde's account of a problem with the values it quotes left out (`string "…"`, `integer
+/// `…``): a result can hold an argument, and no text a model reads carries one. The names it
+/// takes from the type, a missing or duplicate field's, are kept.
+fn without_values(problem: &str) -> String {
+    let mut kept = String::with_capacity(problem.len());
+    let mut chars = problem.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                kept.push_str("\"…\"");
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match c {
+                        '\\' if !escaped => escaped = true,
+                        '"' if !escaped => break,
+                        _ => escaped = false,
+                    }
+                }
+            }
+            '`' => {
+                let named = ["missing field ", "duplicate field "]
+                    .iter()
+                    .any(|field| kept.ends_with(field));
+                let quoted: String = chars.by_ref().take_while(|&c| c != '`').collect();
+                kept.push('`');
+                kept.push_str(if named { &quoted } else { "…" });
+                kept.push('`');
+            }
+            c => kept.push(c),
+        }
+    }
+    kept
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -768,6 +807,11 @@ mod tests {
             step_reused("email"),
             step_unknown("email"),
             step_result_unfit("email", "invalid type: map, expected a string"),
+            step_result_unfit(
+                "email",
+                "invalid type: string \"invoice:acme:2026-10\", expected u64",
+            ),
+            step_unrecordable("email", "unknown variant `2026-10`, expected `a` or `b`"),
             step_unrecordable("email", "key must be a string"),
             StoreError::Unavailable("connection refused".into()).refusal(),
             StoreError::Config("invalid table name".into()).refusal(),
@@ -813,6 +857,41 @@ mod tests {
         ));
         errors.push(in_progress(per_call(), since));
         errors
+    }
+
+    /// serde quotes the values it could not read; a text about a result keeps the problem
+    /// and leaves those out, whatever they hold.
+    #[test]
+    fn a_serde_problem_is_told_without_the_values_it_quotes() {
+        let cases = [
+            (
+                r#"invalid type: string "ann@example.com", expected struct Contact"#,
+                r#"invalid type: string "…", expected struct Contact"#,
+            ),
+            (
+                r#"invalid type: string "a \"quoted\" `one`", expected u64"#,
+                r#"invalid type: string "…", expected u64"#,
+            ),
+            (
+                "invalid value: integer `5`, expected a number below 3",
+                "invalid value: integer `…`, expected a number below 3",
+            ),
+            (
+                "unknown variant `ann`, expected `a` or `b`",
+                "unknown variant `…`, expected `…` or `…`",
+            ),
+            ("missing field `tags`", "missing field `tags`"),
+            ("duplicate field `id`", "duplicate field `id`"),
+            (
+                "invalid type: null, expected f64",
+                "invalid type: null, expected f64",
+            ),
+            (r#"cut short: string "ann"#, r#"cut short: string "…""#),
+            ("cut short: `ann", "cut short: `…`"),
+        ];
+        for (problem, told) in cases {
+            assert_eq!(without_values(problem), told, "{problem}");
+        }
     }
 
     #[test]
