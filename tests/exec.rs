@@ -202,6 +202,61 @@ fn payments_toolbox(payments: Arc<Payments>) -> Toolbox {
         .unwrap()
 }
 
+/// A `CONFLICT` says what the other action's record says of it: that it ran, that it runs, or,
+/// its lease lapsed, that its outcome is unknown; never that an action that stopped is running.
+#[tokio::test]
+async fn a_conflict_says_whether_the_other_action_ran_runs_or_is_unknown() {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let payments = Arc::new(Payments::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(payments.clone())
+        .shared_store(store.clone())
+        .tool(Charge)
+        .build()
+        .unwrap();
+    // Another process holds order o-1's key for a charge of 500.
+    let other = Charge
+        .prepare(&json!({"order": "o-1", "cents": 500}), &ctx())
+        .unwrap();
+    let key = RecordKey::new("acme-corp", other.key().unwrap().as_str());
+    let lease = Duration::from_secs(30);
+    let fingerprint = other.fingerprint().unwrap();
+    let held = store
+        .reserve(&key, "charge", fingerprint, &Token::generate(), lease)
+        .await
+        .unwrap();
+    assert!(matches!(held, Reservation::Reserved { .. }));
+    let says = |err: &ToolError, what: &str| {
+        assert!(err.is(ErrorCode::Conflict), "{err:?}");
+        assert!(
+            err.message()
+                .starts_with(&format!("another action {what}:")),
+            "{err}"
+        );
+    };
+    let ctx = ctx();
+    let charge = |order: &str, cents: i64| {
+        toolbox.call("charge", json!({"order": order, "cents": cents}), &ctx)
+    };
+    says(
+        &charge("o-1", 100).await.unwrap_err(),
+        "is running under this call's key",
+    );
+    clock.advance(lease + Duration::from_secs(1));
+    says(
+        &charge("o-1", 100).await.unwrap_err(),
+        "started under this call's key, and its outcome is unknown",
+    );
+    charge("o-2", 500).await.unwrap();
+    says(
+        &charge("o-2", 100).await.unwrap_err(),
+        "already ran under this call's key",
+    );
+    assert_eq!(*payments.charges.lock().unwrap(), [500]);
+    assert_eq!(payments.attempts.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_retryable_error_releases_the_key_and_the_retry_runs() {
     let payments = Arc::new(Payments::default());

@@ -339,17 +339,28 @@ pub(crate) fn in_progress(def: Named<'_>, since: SystemTime) -> ToolError {
     })
 }
 
-/// The same key ran (`finished`) or runs with other arguments.
-pub(crate) fn conflict(def: Named<'_>, finished: bool) -> ToolError {
-    let when = if finished {
-        "already ran"
-    } else {
-        "is running"
+/// What the record of another action under a call's key says of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Other {
+    /// Its outcome is recorded.
+    Ran,
+    /// It holds the key, its lease kept.
+    Running,
+    /// It stopped renewing its lease, or said it could not tell whether it acted.
+    Unknown,
+}
+
+/// The same key ran, runs, or was left unknown with other arguments.
+pub(crate) fn conflict(def: Named<'_>, other: Other) -> ToolError {
+    let when = match other {
+        Other::Ran => "already ran under this call's key",
+        Other::Running => "is running under this call's key",
+        Other::Unknown => "started under this call's key, and its outcome is unknown",
     };
     ToolError::new(
         ErrorCode::Conflict,
         format!(
-            "another action {when} under this call's key: a `{}` call with different arguments, or a call of another tool that builds the same key; this call would be a second, different action under that key",
+            "another action {when}: a `{}` call with different arguments, or a call of another tool that builds the same key; this call would be a second, different action under that key",
             def.tool
         ),
     )
@@ -845,8 +856,9 @@ mod tests {
                 errors.push(timed_out(def, story, Duration::from_secs(2)));
             }
             errors.push(in_progress(def, since));
-            errors.push(conflict(def, true));
-            errors.push(conflict(def, false));
+            for other in [Other::Ran, Other::Running, Other::Unknown] {
+                errors.push(conflict(def, other));
+            }
             errors.push(outcome_unknown(def, since, true));
             errors.push(outcome_unknown(def, since, false));
         }

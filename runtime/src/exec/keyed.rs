@@ -95,12 +95,12 @@ pub(super) async fn run(
             Reservation::Existing(record) => record,
         };
         if record.fingerprint() != &fingerprint {
-            return Err(conflict(
-                &exec,
-                def,
-                &log_key,
-                matches!(record, Record::Completed { .. }),
-            ));
+            let other = match record {
+                Record::Completed { .. } => texts::Other::Ran,
+                Record::InProgress { .. } => texts::Other::Running,
+                Record::Stale { .. } => texts::Other::Unknown,
+            };
+            return Err(conflict(&exec, def, &log_key, other));
         }
         match record {
             Record::Completed { outcome, .. } => return replay(&exec, def, &log_key, outcome),
@@ -387,7 +387,7 @@ pub(super) fn answer_completed(
     observe::key(key.as_str());
     let log_key = key.for_logs();
     if held != fingerprint {
-        return Err(conflict(exec, def, &log_key, true));
+        return Err(conflict(exec, def, &log_key, texts::Other::Ran));
     }
     replay(exec, def, &log_key, outcome)
 }
@@ -403,18 +403,18 @@ fn after_steps(def: &ToolDefinition, scope: &OnceScope, err: ToolError) -> ToolE
     }
 }
 
-/// `CONFLICT`: the key's record was made by a call with other arguments (`completed`: and its
-/// outcome is recorded).
+/// `CONFLICT`: the key's record was made by a call with other arguments, which `other` says
+/// ran, runs, or left its outcome unknown.
 fn conflict(
     exec: &Executor,
     def: &ToolDefinition,
     log_key: &dyn std::fmt::Display,
-    completed: bool,
+    other: texts::Other,
 ) -> ToolError {
     exec.stats.conflicts.inc();
     observe::mark(Happened::Conflict);
     tracing::info!(tool = %def.name, key = %log_key, "conflict: same key, other arguments");
-    texts::conflict(def.named(), completed)
+    texts::conflict(def.named(), other)
 }
 
 /// The recorded outcome, replayed.
