@@ -257,6 +257,53 @@ async fn a_conflict_says_whether_the_other_action_ran_runs_or_is_unknown() {
     assert_eq!(payments.attempts.load(Ordering::SeqCst), 1);
 }
 
+/// Cancels an order by its number.
+#[tool(idempotent(key = "cancel:<order_id>"))]
+async fn cancel_order(payments: State<Payments>, order_id: u64) -> Result<u64, ToolError> {
+    payments.charges.lock().unwrap().push(order_id as i64);
+    Ok(order_id)
+}
+
+/// A whole float stands for an integer only below 2^53 in size: past it, the text the model wrote
+/// may have been another integer (`9007199254740993.0` reads as ...992), and reading it as one
+/// would cancel another order, or replay that order's answer.
+#[tokio::test]
+async fn a_whole_float_past_2_53_is_refused_never_read_as_another_integer() {
+    let payments = Arc::new(Payments::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(payments.clone())
+        .tool(CancelOrder)
+        .build()
+        .unwrap();
+    let ctx = ctx();
+    let cancel = |text: &str| {
+        let args: Value = serde_json::from_str(text).unwrap();
+        toolbox.call("cancel_order", args, &ctx)
+    };
+    let first = cancel(r#"{"order_id": 9007199254740992}"#).await.unwrap();
+    assert_eq!(first.value, json!(9_007_199_254_740_992_u64));
+    for text in [
+        r#"{"order_id": 9007199254740993.0}"#,
+        r#"{"order_id": 9007199254740992.0}"#,
+        r#"{"order_id": 1.8446744073709552e19}"#,
+    ] {
+        let err = cancel(text).await.unwrap_err();
+        assert!(err.is(ErrorCode::InvalidArguments), "{text}: {err:?}");
+    }
+    // Below 2^53 a whole float is the integer it reads as, and the same action as that integer.
+    let below = cancel(r#"{"order_id": 9007199254740991.0}"#).await.unwrap();
+    assert_eq!(
+        (below.value, below.replayed),
+        (json!(9_007_199_254_740_991_u64), false)
+    );
+    let again = cancel(r#"{"order_id": 9007199254740991}"#).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        *payments.charges.lock().unwrap(),
+        [9_007_199_254_740_992, 9_007_199_254_740_991]
+    );
+}
+
 #[tokio::test]
 async fn a_retryable_error_releases_the_key_and_the_retry_runs() {
     let payments = Arc::new(Payments::default());

@@ -308,17 +308,15 @@ fn integral_floats_as_integers(value: &mut Value) {
     }
 }
 
-/// The integer a float such as `5.0` equals, when it is exactly one in i64 or u64 range.
+/// The integer a float such as `5.0` equals, when the model can only have meant that one: a
+/// whole float below 2^53 in size. From 2^53 on, floats are further apart than 1, and the text
+/// the model wrote may have been another integer (`9007199254740993.0` reads as
+/// 9007199254740992): an order id read that way would name another order.
 fn as_integer(n: &serde_json::Number) -> Option<Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
     let f = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0)?;
-    // 2^63 and 2^64 are exact as floats; the ranges are half-open so the casts are exact.
-    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
-        Some(Value::from(f as i64))
-    } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
-        Some(Value::from(f as u64))
-    } else {
-        None
-    }
+    // Below 2^53 in size, the cast is exact.
+    (f.abs() < EXACT).then(|| Value::from(f as i64))
 }
 
 /// The field a serde message names, as in "missing field `amount`"; none for a message about a
@@ -542,9 +540,14 @@ mod tests {
         // Found by fuzzing: JSON Schema's `integer` takes `5.0`, and the call refused it.
         let args = parse(json!({"customer": "acme", "cents": 5.0})).unwrap();
         assert_eq!(args.cents, 5);
-        let args = parse(json!({"customer": "acme", "cents": 18446744073709549568.0})).unwrap();
-        assert_eq!(args.cents, 18446744073709549568);
-        for cents in [json!(5.5), json!(-1.0), json!(1e20), json!("5")] {
+        let args = parse(json!({"customer": "acme", "cents": 9007199254740991.0})).unwrap();
+        assert_eq!(args.cents, 9007199254740991);
+        // From 2^53 on, a float stands for several integers the model may have written.
+        let past = [json!(9007199254740992.0), json!(18446744073709549568.0)];
+        for cents in [json!(5.5), json!(-1.0), json!(1e20), json!("5")]
+            .into_iter()
+            .chain(past)
+        {
             let err = parse(json!({"customer": "acme", "cents": cents})).unwrap_err();
             assert!(err.message().contains("`cents`"), "{cents}: {err:?}");
         }
