@@ -695,11 +695,9 @@ async fn rmcp_a_call_past_its_timeout_becomes_a_task_polled_to_its_result() {
         invoice_of(&task_result(&last)),
         ("inv-1".to_string(), false)
     );
+    // The duplicate followed the first call's work: its result is a replay, and says so.
     let (_, last) = poll(&alice, &duplicate).await.unwrap();
-    assert_eq!(
-        invoice_of(&task_result(&last)),
-        ("inv-1".to_string(), false)
-    );
+    assert_eq!(invoice_of(&task_result(&last)), ("inv-1".to_string(), true));
     // The call again is a replay of the same invoice.
     match call(&alice).await {
         CallToolResponse::Complete(result) => assert_eq!(

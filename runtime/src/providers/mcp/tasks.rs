@@ -5,7 +5,9 @@
 //! `TIMEOUT`; the body goes on as it always does. The task is announced only once it exists
 //! durably: the call's own record is in progress in the store, and a small task record, under
 //! the caller's tenant and owner, names that record. `tasks/get` reads both, on any instance
-//! that shares the store, before or after a restart.
+//! that shares the store, before or after a restart. A task made for a call that met the same
+//! call already running follows that one, and ends with its result marked as a replay, as the
+//! call itself would have been answered once it finished.
 //!
 //! The task id is random (128 bits) and carries nothing else: a task id travels in headers
 //! (`Mcp-Name`) and client logs, and the arguments or the key it would otherwise carry can hold
@@ -131,7 +133,11 @@ pub(super) async fn call(
                     err.is(ErrorCode::Timeout) || err.is(ErrorCode::InProgress)
                 };
                 if matches!(&result, Err(err) if running(err)) {
-                    if let Some(task) = announce(toolbox, &followed, owner, true, after).await {
+                    // IN_PROGRESS: the call running is another caller's, and its result,
+                    // when the task ends, a replay for this one.
+                    let replay = matches!(&result, Err(err) if err.is(ErrorCode::InProgress));
+                    let task = announce(toolbox, &followed, owner, true, after, replay).await;
+                    if let Some(task) = task {
                         return Answer::Task(task);
                     }
                 }
@@ -139,7 +145,8 @@ pub(super) async fn call(
             }
             () = &mut check => {
                 // Dropping the call's future leaves its body running and its key held.
-                if let Some(task) = announce(toolbox, &followed, owner, false, after).await {
+                let task = announce(toolbox, &followed, owner, false, after, false).await;
+                if let Some(task) = task {
                     return Answer::Task(task);
                 }
                 // Not reserved yet (a slow store, a duplicate waiting its turn): look again.
@@ -151,13 +158,15 @@ pub(super) async fn call(
 
 /// A task for the followed call, once its record is durably in progress (or, when
 /// `finished_too`, completed) under its fingerprint, and the task record written; `None` when
-/// either is not so, and the caller keeps waiting for the call itself.
+/// either is not so, and the caller keeps waiting for the call itself. `replay`: the call
+/// followed is another caller's, so the result the task ends with is a replay for this one.
 async fn announce(
     toolbox: &Toolbox,
     followed: &Followed<'_>,
     owner: &Owner,
     finished_too: bool,
     after: Duration,
+    replay: bool,
 ) -> Option<CreateTaskResult> {
     let store = toolbox.store();
     // Which reservation the task follows: a later one (a retry, after this call released the
@@ -187,6 +196,7 @@ async fn announce(
         "fingerprint": followed.fingerprint,
         "reserved_ns": since.map(nanos),
         "created_at": timestamp(created),
+        "replay": replay,
     });
     let fingerprint = Fingerprint::of(&content).expect("a task record is plain JSON");
     let token = Token::generate();
@@ -273,7 +283,7 @@ pub(super) async fn get(
             let result = match outcome {
                 Outcome::Ok(value) => Ok(ToolOutput {
                     value,
-                    replayed: false,
+                    replayed: found.replay,
                 }),
                 Outcome::Err(err) => Err(err),
             };
@@ -326,6 +336,8 @@ struct Found {
     created: SystemTime,
     /// How long the task is kept from its creation: its call's retention.
     retain: Duration,
+    /// The task follows another caller's call: its result is a replay for this one.
+    replay: bool,
 }
 
 async fn find(
@@ -361,6 +373,8 @@ async fn find(
             reserved: content.get("reserved_ns").and_then(Value::as_u64),
             created: humantime::parse_rfc3339(text("created_at")?).ok()?,
             retain: expires_at.duration_since(completed_at).unwrap_or_default(),
+            // Absent from a task record written before it was kept.
+            replay: content.get("replay").and_then(Value::as_bool) == Some(true),
         })
     })();
     parsed.ok_or_else(|| {
