@@ -1363,6 +1363,97 @@ async fn the_same_set_retried_is_a_replay_in_any_order() {
     assert_eq!(out.count("tag:"), 1);
 }
 
+/// Whom an announcement goes to: everyone, a set of groups, or people in the order given. serde
+/// reads an array of names as the first branch that takes it: the set.
+#[derive(Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum Audience {
+    Everyone(bool),
+    Groups(HashSet<String>),
+    Ordered(Vec<String>),
+}
+
+/// The same branches the other way round: an array of names is read as the list.
+#[derive(Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum Queue {
+    Ordered(Vec<String>),
+    Groups(HashSet<String>),
+}
+
+/// Announces a topic to an audience.
+#[tool(idempotent(key = "announce:<topic>"))]
+async fn announce(
+    out: State<Outside>,
+    topic: String,
+    audience: Audience,
+) -> Result<usize, ToolError> {
+    let _ = audience;
+    Ok(out.act(format!("announce:{topic}")))
+}
+
+/// Calls people in turn, in the order given.
+#[tool(idempotent(key = "call-round:<topic>", status = false))]
+async fn call_round(out: State<Outside>, topic: String, queue: Queue) -> Result<usize, ToolError> {
+    let _ = queue;
+    Ok(out.act(format!("call-round:{topic}")))
+}
+
+#[tokio::test]
+async fn a_set_beside_a_list_in_an_untagged_enum_is_the_branch_serde_reads() {
+    let out = Arc::new(Outside::default());
+    let tb = Toolbox::builder()
+        .shared_state(out.clone())
+        .tool(Announce)
+        .tool(CallRound)
+        .build()
+        .unwrap();
+    // Enough names that a hash set's order is never the order given by luck.
+    let names: Vec<String> = (0..12).map(|i| format!("g{i}")).collect();
+    let mut reversed = names.clone();
+    reversed.reverse();
+    // Read as a set: sent again, in any order, it is the same action.
+    let args = json!({"topic": "t", "audience": names});
+    tb.call("announce", args.clone(), &ctx()).await.unwrap();
+    for _ in 0..10 {
+        assert!(
+            tb.call("announce", args.clone(), &ctx())
+                .await
+                .unwrap()
+                .replayed
+        );
+        let status = tb
+            .call("announce_status", args.clone(), &ctx())
+            .await
+            .unwrap();
+        assert_eq!(status.value["status"], "completed", "{}", status.value);
+    }
+    let reordered = json!({"topic": "t", "audience": reversed});
+    assert!(
+        tb.call("announce", reordered, &ctx())
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert_eq!(out.count("announce:"), 1);
+
+    // Read as a list: the same order is the same action, another order another one.
+    let args = json!({"topic": "t", "queue": names});
+    tb.call("call_round", args.clone(), &ctx()).await.unwrap();
+    for _ in 0..10 {
+        assert!(
+            tb.call("call_round", args.clone(), &ctx())
+                .await
+                .unwrap()
+                .replayed
+        );
+    }
+    let reordered = json!({"topic": "t", "queue": reversed});
+    let err = tb.call("call_round", reordered, &ctx()).await.unwrap_err();
+    assert!(err.is(ErrorCode::Conflict), "{err:?}");
+    assert_eq!(out.count("call-round:"), 1);
+}
+
 /// Voids an invoice: same template as `bill`, another action.
 #[tool(idempotent(key = "invoice:<customer>:<period>", status = false))]
 async fn void(out: State<Outside>, customer: String, period: String) -> Result<String, ToolError> {

@@ -227,7 +227,45 @@ fn accepts_arrays(schema: &Value) -> bool {
     }
 }
 
-/// Sorts, inside `value`, every array that all the schemas describing it call a set.
+/// True unless `schema` says its items are of a JSON type one of `items` is not (a number
+/// for an `integer` only when whole); an item schema that names no type takes anything.
+fn items_take(schema: &Value, items: &[Value], root: &Value) -> bool {
+    let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) else {
+        return true;
+    };
+    let mut candidates = Vec::new();
+    expand(item_schema, root, 0, &mut candidates);
+    let mut types = Vec::new();
+    for candidate in candidates {
+        match candidate.get("type") {
+            Some(Value::String(t)) => types.push(t.as_str()),
+            Some(Value::Array(ts)) => types.extend(ts.iter().filter_map(Value::as_str)),
+            _ if candidate.get("$ref").is_none()
+                && !candidate.as_object().is_some_and(|m| {
+                    m.contains_key("anyOf") || m.contains_key("oneOf") || m.contains_key("allOf")
+                }) =>
+            {
+                return true
+            }
+            _ => {}
+        }
+    }
+    if types.is_empty() {
+        return true;
+    }
+    items.iter().all(|item| {
+        types.iter().any(|t| match (*t, item) {
+            ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
+            ("string", Value::String(_)) | ("array", Value::Array(_)) => true,
+            ("object", Value::Object(_)) | ("number", Value::Number(_)) => true,
+            ("integer", Value::Number(n)) => n.is_i64() || n.is_u64(),
+            _ => false,
+        })
+    })
+}
+
+/// Sorts, inside `value`, every array the schemas describing it call a set (see the branches
+/// of an untagged enum below).
 fn sort_sets(value: &mut Value, schemas: &[&Value], root: &Value, depth: usize) {
     if depth > MAX_SCHEMA_DEPTH || schemas.is_empty() {
         return;
@@ -254,10 +292,19 @@ fn sort_sets(value: &mut Value, schemas: &[&Value], root: &Value, depth: usize) 
                     .collect();
                 sort_sets(item, &item_schemas, root, depth + 1);
             }
-            let is_set = !arrays.is_empty()
-                && arrays
+            let set = |s: &&Value| s.get("uniqueItems") == Some(&Value::Bool(true));
+            let is_set = if arrays.iter().all(set) {
+                !arrays.is_empty()
+            } else {
+                // Schemas that disagree are the branches of an untagged enum (a set beside a
+                // list): serde reads the array as the first branch whose items take it, and
+                // so does the fingerprint. Sorting always would make two lists one action;
+                // never, one set sent twice two actions, its order being a hash set's.
+                arrays
                     .iter()
-                    .all(|s| s.get("uniqueItems") == Some(&Value::Bool(true)));
+                    .find(|s| items_take(s, items, root))
+                    .is_some_and(set)
+            };
             if is_set {
                 let mut keyed: Vec<(String, Value)> = items
                     .drain(..)
@@ -482,6 +529,32 @@ fn write_string<W: fmt::Write + ?Sized>(s: &str, out: &mut W) -> fmt::Result {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Of branches that disagree, the first whose items take the array decides, as serde's
+    /// untagged reading does: a set of numbers before a list of names sorts numbers only.
+    #[test]
+    fn the_first_branch_that_takes_an_array_says_whether_it_is_a_set() {
+        let root = json!({"anyOf": [
+            {"type": "boolean"},
+            {"type": "array", "uniqueItems": true, "items": {"$ref": "#/$defs/Id"}},
+            {"type": "array", "items": {"type": "string"}},
+        ], "$defs": {"Id": {"type": "integer"}}});
+        let sorted = |mut value: Value| {
+            sort_sets(&mut value, &[&root], &root, 1);
+            value
+        };
+        assert_eq!(sorted(json!([3, 1, 2])), json!([1, 2, 3]));
+        assert_eq!(sorted(json!(["b", "a"])), json!(["b", "a"]));
+        assert_eq!(sorted(json!([2, "a", 1])), json!([2, "a", 1]));
+        // Branches that agree decide together, as before.
+        let sets = json!({"anyOf": [
+            {"type": "array", "uniqueItems": true, "items": {"type": "integer"}},
+            {"type": "array", "uniqueItems": true, "items": {"type": "string"}},
+        ]});
+        let mut value = json!(["b", "a"]);
+        sort_sets(&mut value, &[&sets], &sets, 1);
+        assert_eq!(value, json!(["a", "b"]));
+    }
 
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {
