@@ -126,6 +126,12 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
                 format!("`{}` is `#[serde(flatten)]`: its fields sit beside the others in the arguments, under their own names, so the parameter cannot be `#[arg(ignore)]`; take it unflattened, or leave out of it what a retry may reword", param.ident),
             );
         }
+        if is_key && param.serde_skips() {
+            cx.error_spanned_by(
+                &param.ident,
+                format!("`{}` is skipped by serde: it is never read from the arguments, so every call would have the same value there and share one key; remove the skip, or remove `<{}>` from the key", param.ident, param.ident),
+            );
+        }
         if is_key && param.serde_flatten() {
             cx.error_spanned_by(
                 &param.ident,

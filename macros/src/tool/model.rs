@@ -131,12 +131,23 @@ impl Param {
 
     /// True when the parameter is `#[serde(flatten)]`.
     pub fn serde_flatten(&self) -> bool {
+        self.serde_says(&["flatten"])
+    }
+
+    /// True when serde never reads the parameter from the arguments: `#[serde(skip)]` or
+    /// `#[serde(skip_deserializing)]`.
+    pub fn serde_skips(&self) -> bool {
+        self.serde_says(&["skip", "skip_deserializing"])
+    }
+
+    /// True when one of the parameter's `#[serde(..)]` attributes holds one of `words` alone.
+    fn serde_says(&self, words: &[&str]) -> bool {
         self.forwarded.iter().any(|attr| {
-            let mut flatten = false;
+            let mut said = false;
             let _ = attr.path().is_ident("serde")
                 && attr
                     .parse_nested_meta(|meta| {
-                        flatten |= meta.path.is_ident("flatten");
+                        said |= words.iter().any(|word| meta.path.is_ident(word));
                         if meta.input.peek(syn::Token![=]) {
                             meta.value()?.parse::<syn::Expr>()?;
                         } else if meta.input.peek(syn::token::Paren) {
@@ -145,7 +156,7 @@ impl Param {
                         Ok(())
                     })
                     .is_ok();
-            flatten
+            said
         })
     }
 }
