@@ -14,7 +14,7 @@
 //!   [`Approver`], and a timeout is not retryable).
 //! - **Keys.** An idempotent tool's key is derived from the fields its template names
 //!   (`"invoice:<customer>:<period>"` gives `invoice:acme:2026-10`), never supplied by the model,
-//!   checked at compile time, normalized (trimmed, NFC; lowercased only where a field says
+//!   checked at compile time, normalized (trimmed, NFC; case-folded only where a field says
 //!   `#[arg(key = "case_insensitive")]`) and encoded so that two different actions never share
 //!   one. The body reads it with [`ToolContext::idempotency_key`], to forward it to a provider.
 //! - **Fingerprints.** The other arguments (all but `#[arg(ignore)]` ones) are fingerprinted

@@ -93,7 +93,7 @@ impl Template {
             .to_string()
     }
 
-    /// The tuple as the key means it: trimmed, and lowercased where the placeholder folds case.
+    /// The tuple as the key means it: trimmed, and case-folded where the placeholder folds case.
     fn normalized(&self, values: &[String]) -> Vec<String> {
         values
             .iter()
@@ -101,7 +101,7 @@ impl Template {
             .map(|(v, fold)| {
                 let v = v.trim();
                 if *fold {
-                    v.to_lowercase()
+                    unicase::UniCase::new(v).to_folded_case()
                 } else {
                     v.to_string()
                 }

@@ -49,6 +49,33 @@ fn key_is_trimmed_and_lowercased_where_the_field_is_case_insensitive() {
     );
 }
 
+/// The same customer written in capitals is the same invoice, for letters whose capitals are
+/// spelled otherwise too: case is folded in full, not lowercased (`ß` is `SS` in capitals).
+#[tokio::test]
+async fn a_case_insensitive_key_is_folded_in_full_and_the_invoice_sent_once() {
+    let billing = std::sync::Arc::new(Billing::default());
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(SendInvoice)
+        .build()
+        .unwrap();
+    let invoice = |customer: &str| json!({"customer": customer, "period": "2026-10", "amount": 100.0, "memo": "October"});
+    let first = toolbox
+        .call("send_invoice", invoice("Hauptstraße GmbH"), &ctx())
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    for spelled in ["HAUPTSTRASSE GMBH", "hauptstrasse gmbh", "Hauptstraße GmbH"] {
+        let again = toolbox
+            .call("send_invoice", invoice(spelled), &ctx())
+            .await
+            .unwrap();
+        assert!(again.replayed, "{spelled}");
+        assert_eq!(again.value, first.value);
+    }
+    assert_eq!(billing.count(), 1);
+}
+
 #[test]
 fn a_value_cannot_forge_another_part() {
     let forged = invoice_key("acme:2026", "10");

@@ -2,7 +2,7 @@
 //! separators of every kind, checked against the documented normalization.
 //!
 //! Two calls share a key exactly when every key part normalizes to the same text: for strings,
-//! trimmed and in Unicode NFC, and lowercased too where the parameter is
+//! trimmed and in Unicode NFC, and case-folded too where the parameter is
 //! `#[arg(key = "case_insensitive")]`; a control character left after trimming is refused.
 //! A value may contain any separator, escape or hash mark; none of them may make two different
 //! actions share a key, or keep two spellings of one action apart.
@@ -72,13 +72,16 @@ fn params(name: &str) -> &'static [&'static str] {
 }
 
 /// A key part as the documentation says it is compared: trimmed, NFC, and for case-insensitive
-/// parts lowercased (then NFC again, since lowercasing can decompose).
+/// parts case-folded in full (then NFC again, since folding can decompose).
 fn normalized(text: &str, exact: bool) -> String {
     let nfc: String = text.trim().nfc().collect();
     if exact {
         nfc
     } else {
-        nfc.to_lowercase().nfc().collect()
+        unicase::UniCase::unicode(nfc)
+            .to_folded_case()
+            .nfc()
+            .collect()
     }
 }
 

@@ -5,7 +5,7 @@
 //! `invoice:<customer>:<period>` gives `invoice:acme:2026-10`.
 //!
 //! - **Normalization**: text is trimmed and put in Unicode NFC, and keeps its case unless the
-//!   parameter is `#[arg(key = "case_insensitive")]` (then it is lowercased too). Integers are
+//!   parameter is `#[arg(key = "case_insensitive")]` (then it is case-folded too). Integers are
 //!   decimal, `bool` is `true`/`false`, UUIDs are lowercase hyphenated, unit enums use their
 //!   serde names.
 //! - **Encoding**: inside a value, `\` escapes itself, `#`, `<`, `>` and every character of the
@@ -132,7 +132,7 @@ impl fmt::Display for LogHash<'_> {
 /// always build the same key, and two calls meaning different actions never do. Strings are
 /// trimmed and put in Unicode NFC, and keep their case: identifiers such as charge ids are
 /// case-sensitive. A parameter marked `#[arg(key = "case_insensitive")]` (a customer name, an
-/// email address) is lowercased as well. Integers, `bool`, `char` and UUIDs have one form; unit
+/// email address) is case-folded as well (Unicode's full folding: `ß` and `SS` are one value). Integers, `bool`, `char` and UUIDs have one form; unit
 /// enums get one from `#[derive(toolkey::KeyPart)]`, which uses their serde names. A control
 /// character in a key part is invalid input, refused before any store sees it.
 ///
@@ -163,7 +163,7 @@ pub struct KeyPartWriter<'a> {
 }
 
 impl KeyPartWriter<'_> {
-    /// Text that is normalized: trimmed and NFC; lowercased too where the parameter is
+    /// Text that is normalized: trimmed and NFC; case-folded too where the parameter is
     /// `#[arg(key = "case_insensitive")]`.
     pub fn text(&mut self, text: &str) {
         self.untrimmed(text.trim())
@@ -193,8 +193,10 @@ impl KeyPartWriter<'_> {
             let normalized: String = text.nfc().collect();
             normalized.chars().for_each(|c| self.push(c));
         } else {
-            let lowered = text.nfc().collect::<String>().to_lowercase();
-            let normalized: String = lowered.nfc().collect();
+            // Full case folding, not lowercasing: `Straße` and `STRASSE` are one street, and a
+            // final sigma one letter with any other.
+            let folded = unicase::UniCase::unicode(text.nfc().collect::<String>()).to_folded_case();
+            let normalized: String = folded.nfc().collect();
             normalized.chars().for_each(|c| self.push(c));
         }
     }
@@ -358,7 +360,7 @@ impl KeyBuilder {
         self.write(value, false, field, false)
     }
 
-    /// The model-given value of a `#[arg(key = "case_insensitive")]` parameter: lowercased.
+    /// The model-given value of a `#[arg(key = "case_insensitive")]` parameter: case-folded.
     pub fn part_case_insensitive<T: KeyPart + ?Sized>(&mut self, value: &T, field: &'static str) {
         self.write(value, true, field, false)
     }
@@ -711,6 +713,28 @@ mod tests {
         // "é" precomposed and decomposed are one value, whatever the case rule.
         assert_eq!(key("caf\u{e9}", "x"), key("cafe\u{301}", "x"));
         assert_eq!(exact("caf\u{e9}", "x"), exact("cafe\u{301}", "x"));
+    }
+
+    /// A case-insensitive part is case-folded in full, as Unicode matches text without case:
+    /// lowercasing alone leaves `ß` apart from the `SS` its capitals are written with.
+    #[test]
+    fn case_insensitive_parts_fold_case_in_full() {
+        let folded_alike = [
+            ("Hauptstraße", "HAUPTSTRASSE"),
+            ("Hauptstraße", "hauptstrasse"),
+            ("ΟΔΟΣ", "οδος"),
+            ("οδοσ", "οδος"),
+            ("ﬁle", "FILE"),
+            ("Kelvin \u{212a}", "kelvin k"),
+            ("Ꮳ", "ꮳ"),
+        ];
+        for (a, b) in folded_alike {
+            assert_eq!(key(a, "x"), key(b, "x"), "{a} and {b}");
+        }
+        // Where the case is kept, they stay two values; and folding merges no other letters.
+        assert_ne!(exact("Hauptstraße", "x"), exact("HAUPTSTRASSE", "x"));
+        assert_ne!(key("straße", "x"), key("strase", "x"));
+        assert_ne!(key("ΟΔΟΣ", "x"), key("οδο", "x"));
     }
 
     #[test]

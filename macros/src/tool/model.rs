@@ -68,7 +68,7 @@ pub struct Param {
     /// `#[arg(ignore)]`, with the span of `ignore`.
     pub ignore: Option<Span>,
     /// `#[arg(key = "case_insensitive")]`, with the span of the literal: the key part is
-    /// lowercased, so `"ACME"` and `"acme"` name one action.
+    /// case-folded, so `"ACME"` and `"acme"` name one action.
     pub case_insensitive: Option<Span>,
 }
 
@@ -291,7 +291,7 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
                             match lit.value().as_str() {
                                 "case_insensitive" => case_insensitive = Some(lit.span()),
                                 "exact" => cx.error_spanned_by(&lit, "key parts keep their case by default, so `key = \"exact\"` is not needed: remove it; `key = \"case_insensitive\"` is the other choice"),
-                                other => cx.error_spanned_by(&lit, format!("invalid `key = \"{other}\"`; the only choice is `key = \"case_insensitive\"` (lowercase the value in the key; trimming and NFC always apply)")),
+                                other => cx.error_spanned_by(&lit, format!("invalid `key = \"{other}\"`; the only choice is `key = \"case_insensitive\"` (case-fold the value in the key; trimming and NFC always apply)")),
                             }
                         }
                     } else {
