@@ -46,8 +46,8 @@ mod tool;
 /// the model, described by its `///` comment. `#[arg(ignore)]` leaves a parameter out of the
 /// fingerprint. Key parts are trimmed and put in Unicode NFC and keep their case (charge ids,
 /// order ids and tokens are case-sensitive); `#[arg(key = "case_insensitive")]` on a key field
-/// case-folds it too (a customer name, an email address; `ß` and `SS` are one value). `#[serde(..)]` and
-/// `#[schemars(..)]` attributes on a parameter go to its schema field.
+/// case-folds it too (a customer name, an email address; `ß` and `SS` are one value).
+/// `#[serde(..)]` and `#[schemars(..)]` attributes on a parameter go to its schema field.
 #[proc_macro_attribute]
 pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     tool::expand(args.into(), item.into()).into()

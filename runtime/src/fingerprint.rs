@@ -240,14 +240,11 @@ fn items_take(schema: &Value, items: &[Value], root: &Value) -> bool {
         match candidate.get("type") {
             Some(Value::String(t)) => types.push(t.as_str()),
             Some(Value::Array(ts)) => types.extend(ts.iter().filter_map(Value::as_str)),
-            _ if candidate.get("$ref").is_none()
-                && !candidate.as_object().is_some_and(|m| {
-                    m.contains_key("anyOf") || m.contains_key("oneOf") || m.contains_key("allOf")
-                }) =>
-            {
-                return true
-            }
-            _ => {}
+            // A `$ref` or a combinator stands for the schemas `expand` found behind it.
+            _ if ["$ref", "anyOf", "oneOf", "allOf"]
+                .iter()
+                .any(|k| candidate.get(k).is_some()) => {}
+            _ => return true,
         }
     }
     if types.is_empty() {

@@ -132,9 +132,10 @@ impl fmt::Display for LogHash<'_> {
 /// always build the same key, and two calls meaning different actions never do. Strings are
 /// trimmed and put in Unicode NFC, and keep their case: identifiers such as charge ids are
 /// case-sensitive. A parameter marked `#[arg(key = "case_insensitive")]` (a customer name, an
-/// email address) is case-folded as well (Unicode's full folding: `ß` and `SS` are one value). Integers, `bool`, `char` and UUIDs have one form; unit
-/// enums get one from `#[derive(toolkey::KeyPart)]`, which uses their serde names. A control
-/// character in a key part is invalid input, refused before any store sees it.
+/// email address) is case-folded as well (Unicode's full folding: `ß` and `SS` are one value).
+/// Integers, `bool`, `char` and UUIDs have one form; unit enums get one from
+/// `#[derive(toolkey::KeyPart)]`, which uses their serde names. A control character in a key part
+/// is invalid input, refused before any store sees it.
 ///
 /// ```text
 /// #[derive(serde::Serialize, toolkey::KeyPart)]
