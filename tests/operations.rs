@@ -642,3 +642,138 @@ async fn redis_purge_runs_in_batches_while_calls_are_answered() {
         .await
         .unwrap();
 }
+
+/// The outside system of a reminder held at a gate while the test orders what meets it: emails
+/// sent.
+#[derive(Default)]
+struct Mailer {
+    sent: std::sync::atomic::AtomicUsize,
+    /// While set, a send waits until the test opens it.
+    gate: std::sync::Mutex<Option<Arc<tokio::sync::Notify>>>,
+}
+
+impl Mailer {
+    fn sent(&self) -> usize {
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tool(idempotent(key = "remind:<customer>", status = false))]
+/// Sends a customer their reminder.
+async fn remind(mailer: State<Mailer>, customer: String) -> Result<String, ToolError> {
+    let _ = customer;
+    let gate = mailer.gate.lock().unwrap().clone();
+    if let Some(gate) = gate {
+        gate.notified().await;
+    }
+    mailer
+        .sent
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok("sent".to_string())
+}
+
+/// A purge deletes only completed records past their retention, also a row that a call's
+/// reserve took over while the purge waited for it: an expired record, replaced by the
+/// reservation of a new call whose body runs. PostgreSQL re-checks such a row against the
+/// outer condition of the purge's `DELETE` alone, which once named only the key; the retry of
+/// the running call then found no record and sent a second email.
+///
+/// A plain transaction holding the row's lock orders the three statements as they can meet
+/// in a running system (a purge of a large table while calls come in); it changes no data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_purge_never_deletes_a_reservation_that_replaced_an_expired_record() {
+    use toolkey::store::{Outcome, RecordKey, Reservation, Token};
+
+    let url = servers::url(POSTGRES.0, POSTGRES.1);
+    if let Err(e) = PostgresStore::connect(&url).await {
+        return servers::unreachable("PostgreSQL", POSTGRES.0, &url, e);
+    }
+    let table = format!(
+        "purge_race_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let store: Arc<dyn Store> = open(&url, Some(&table)).await;
+    let mailer = Arc::new(Mailer::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *mailer.gate.lock().unwrap() = Some(gate.clone());
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(mailer.clone())
+        .tool(Remind)
+        .build()
+        .unwrap();
+    let ctx = ToolContext::new("run-4").with_tenant("acme");
+    let args = json!({"customer": "c-1"});
+    let key: RecordKey = toolbox.record_key("remind", args.clone(), &ctx).unwrap();
+
+    // An earlier action under the key whose retention has ended: absent to every call, and
+    // what a purge is for.
+    let token = Token::generate();
+    let fingerprint = toolkey::Fingerprint::of(&json!({"earlier": true})).unwrap();
+    let reserved = store.reserve(
+        &key,
+        "remind",
+        &fingerprint,
+        &token,
+        Duration::from_secs(30),
+    );
+    assert!(matches!(
+        reserved.await.unwrap(),
+        Reservation::Reserved { .. }
+    ));
+    let done = Outcome::Ok(json!("sent"));
+    let completed = store.complete(&key, &token, &done, Duration::from_millis(1));
+    assert!(completed.await.unwrap());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let holder = client.transaction().await.unwrap();
+    let lock = format!("SELECT 1 FROM \"{table}\" WHERE tenant = $1 AND key = $2 FOR UPDATE");
+    holder
+        .execute(&lock, &[&key.tenant, &key.key])
+        .await
+        .unwrap();
+
+    // The new call: its reserve waits for the row, then replaces the expired record, and its
+    // body runs (held at the gate, as a body that takes a while).
+    let first = {
+        let (toolbox, args, ctx) = (toolbox.clone(), args.clone(), ctx.clone());
+        tokio::spawn(async move { toolbox.call("remind", args, &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The operator's purge, queued behind it.
+    let purge = {
+        let admin = Admin::new(store.clone());
+        tokio::spawn(async move { admin.purge(BATCH, |_| {}).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.commit().await.unwrap();
+    let purged = purge.await.unwrap().unwrap();
+
+    // The model's retry of the running call.
+    *mailer.gate.lock().unwrap() = None;
+    let retry = toolbox.call("remind", args.clone(), &ctx).await;
+    gate.notify_one();
+    let first = first.await.unwrap();
+    client
+        .batch_execute(&format!(
+            "DROP TABLE \"{table}\"; DROP TABLE IF EXISTS \"{table}_failures\";
+             DELETE FROM toolkey_schema_version WHERE table_name = '{table}'"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        purged, 0,
+        "the purge deleted the running call's reservation"
+    );
+    assert!(
+        matches!(&retry, Err(e) if e.is(ErrorCode::InProgress)),
+        "{retry:?}"
+    );
+    let first = first.unwrap();
+    assert_eq!((first.value, first.replayed), (json!("sent"), false));
+    assert_eq!(mailer.sent(), 1);
+}

@@ -724,10 +724,14 @@ impl Sql {
                    AND (state = '{UNKNOWN}' OR (state = '{IN_PROGRESS}' AND lease_until <= {NOW}))"
             ),
             add_tool: format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS tool text"),
+            // The outer condition repeats the inner one: a row a call's reserve replaced after
+            // the subquery read it (an expired record, now that call's reservation) is
+            // re-checked by the outer condition alone, and must not be deleted under its body.
             purge: format!(
                 "DELETE FROM {t} WHERE (tenant, key) IN (
                      SELECT tenant, key FROM {t}
-                     WHERE state = '{COMPLETED}' AND expires_at <= {NOW} LIMIT $1)"
+                     WHERE state = '{COMPLETED}' AND expires_at <= {NOW} LIMIT $1)
+                   AND state = '{COMPLETED}' AND expires_at <= {NOW}"
             ),
             // After the cursor, narrowed by every filter the table can judge (the rest,
             // completed against failed, is judged on the rows read).
