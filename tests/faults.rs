@@ -420,6 +420,32 @@ async fn a_reserve_whose_reply_was_lost_leaves_the_key_usable() {
 /// plain success, since the call that took over may have acted too (here it did: two picks).
 #[tokio::test]
 async fn a_call_whose_lease_was_taken_over_says_so() {
+    taken_over_while_picking("pick", json!("pick-1")).await;
+}
+
+/// The same when both bodies return the same result (as a tool returning `()` or a fixed
+/// acknowledgement does): the record the call that took over wrote holds an outcome equal to
+/// this call's own, and is still not this call's write. It once answered a plain success here.
+#[tokio::test]
+async fn a_call_whose_lease_was_taken_over_says_so_when_both_results_are_the_same() {
+    taken_over_while_picking("ack_pick", json!("picked")).await;
+}
+
+/// Pick an order, answering the same acknowledgement every time; a retry looks it up first.
+#[tool(idempotent(key = "ack-pick:<order>", recover = find_ack), lease = "300ms")]
+async fn ack_pick(warehouse: State<Warehouse>, order: String) -> Result<String, ToolError> {
+    warehouse.pick(&order).await;
+    Ok("picked".to_string())
+}
+
+async fn find_ack(warehouse: State<Warehouse>, order: String) -> Result<Option<String>, ToolError> {
+    Ok(warehouse.find(&order).map(|_| "picked".to_string()))
+}
+
+/// Calls `tool` for an order and holds its body; jumps the store's clock past the lease, so the
+/// key reads stale; calls again, which takes the key over, finds no pick and picks
+/// (`second` is its result); then lets the first body pick too, and checks what it answers.
+async fn taken_over_while_picking(tool: &'static str, second: serde_json::Value) {
     let clock = Arc::new(ManualClock::new());
     let warehouse = Arc::new(Warehouse::default());
     let gate = Arc::new(tokio::sync::Notify::new());
@@ -428,23 +454,24 @@ async fn a_call_whose_lease_was_taken_over_says_so() {
         .store(MemoryStore::with_clock(clock.clone()))
         .shared_state(warehouse.clone())
         .tool(Pick)
+        .tool(AckPick)
         .timeout("pick", None)
         .build()
         .unwrap();
     let first = {
         let toolbox = toolbox.clone();
-        tokio::spawn(async move { toolbox.call("pick", json!({"order": "o-5"}), &ctx()).await })
+        tokio::spawn(async move { toolbox.call(tool, json!({"order": "o-5"}), &ctx()).await })
     };
     tokio::task::yield_now().await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     // The store's clock jumps past the lease before any renewal: the key reads stale.
     clock.advance(Duration::from_secs(60));
     *warehouse.gate.lock().unwrap() = None;
-    let second = toolbox
-        .call("pick", json!({"order": "o-5"}), &ctx())
+    let taken = toolbox
+        .call(tool, json!({"order": "o-5"}), &ctx())
         .await
         .unwrap();
-    assert_eq!(second.value, json!("pick-1"));
+    assert_eq!((taken.value, taken.replayed), (second, false));
     gate.notify_one();
     let err = first.await.unwrap().unwrap_err();
     assert!(err.is(ErrorCode::LeaseLost), "{err:?}");

@@ -183,7 +183,9 @@ impl Write {
     }
 
     /// Applies the write once. A fenced write that changes nothing may have been applied by an
-    /// earlier attempt whose reply was lost: the record tells.
+    /// earlier attempt whose reply was lost: a `complete` sent again says so itself (the store
+    /// knows the token that completed the record; a record holding an equal outcome may be
+    /// another holder's), a mark's record tells by its token.
     async fn apply(
         &self,
         store: &dyn Store,
@@ -207,11 +209,11 @@ impl Write {
         if applied {
             return Ok(Landed::Yes);
         }
-        let landed = match (self, observe::store(StoreOp::Get, store.get(rkey)).await?) {
-            (Write::Complete(outcome, _), Some(Record::Completed { outcome: held, .. })) => {
-                held == *outcome
-            }
-            (Write::MarkUnknown, Some(Record::Stale { token: held, .. })) => held == *token,
+        let landed = match self {
+            Write::MarkUnknown => matches!(
+                observe::store(StoreOp::Get, store.get(rkey)).await?,
+                Some(Record::Stale { token: held, .. }) if held == *token
+            ),
             _ => false,
         };
         Ok(if landed {

@@ -112,6 +112,10 @@ impl<S: Store> Suite<S> {
                 Box::pin(late_complete_after_takeover_is_refused(self.ctx())),
             ),
             (
+                "a_complete_sent_again_answers_as_the_first",
+                Box::pin(a_complete_sent_again_answers_as_the_first(self.ctx())),
+            ),
+            (
                 "two_takeovers_one_wins",
                 Box::pin(two_takeovers_one_wins(self.ctx())),
             ),
@@ -417,13 +421,13 @@ async fn release_frees_the_key(cx: Ctx) -> Result<(), String> {
     cx.reserve(&key, &fp(2), cx.long()).await.map(drop)
 }
 
-async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> {
-    let key = cx.key("lapsed");
-    let first = cx.reserve(&key, &fp(1), cx.lease).await?;
+/// Lets the lease of the reservation `first` of `key` lapse and takes the key over: the new
+/// holder's token.
+async fn lapse_and_take_over(cx: &Ctx, key: &RecordKey, first: &Token) -> Result<Token, String> {
     cx.lapse().await;
     let stale = match cx
         .store
-        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.lease)
+        .reserve(key, "tool", &fp(1), &Token::generate(), cx.lease)
         .await
         .map_err(err)?
     {
@@ -440,13 +444,20 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
     };
     let second = cx
         .store
-        .take_over(&key, &stale, cx.long())
+        .take_over(key, &stale, cx.long())
         .await
         .map_err(err)?
         .ok_or("take_over of a stale record was refused")?;
-    ensure(second != first, || {
+    ensure(second != *first, || {
         "take_over returned the old token".into()
     })?;
+    Ok(second)
+}
+
+async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("lapsed");
+    let first = cx.reserve(&key, &fp(1), cx.lease).await?;
+    let second = lapse_and_take_over(&cx, &key, &first).await?;
     ensure(
         !cx.store
             .complete(&key, &first, &Outcome::Ok(json!("late")), cx.long())
@@ -470,6 +481,40 @@ async fn late_complete_after_takeover_is_refused(cx: Ctx) -> Result<(), String> 
         matches!(&record, Some(Record::Completed { outcome: Outcome::Ok(v), .. }) if *v == json!("new")),
         || format!("the store should keep the new owner's outcome, got {record:?}"),
     )
+}
+
+/// A `complete` sent again after its answer was lost answers true, as the first did, and changes
+/// nothing. The same outcome under the token the key was taken from (a call whose lease lapsed,
+/// whose result is the same as the new holder's) answers false: the caller must not take
+/// another holder's write for its own.
+async fn a_complete_sent_again_answers_as_the_first(cx: Ctx) -> Result<(), String> {
+    let key = cx.key("resent");
+    let first = cx.reserve(&key, &fp(1), cx.lease).await?;
+    let second = lapse_and_take_over(&cx, &key, &first).await?;
+    let sent = Outcome::Ok(json!("sent"));
+    let complete = async |token: &Token, outcome: &Outcome| {
+        let complete = cx.store.complete(&key, token, outcome, cx.long());
+        complete.await.map_err(err)
+    };
+    ensure(complete(&second, &sent).await?, || {
+        "the holder's complete was refused".into()
+    })?;
+    let before = cx.store.get(&key).await.map_err(err)?;
+    ensure(complete(&second, &sent).await?, || {
+        "a complete sent again under its token, with its outcome, was refused".into()
+    })?;
+    ensure(!complete(&first, &sent).await?, || {
+        "a complete under the token the key was taken from applied, its outcome being the same"
+            .into()
+    })?;
+    ensure(
+        !complete(&second, &Outcome::Ok(json!("other"))).await?,
+        || "a complete sent again with another outcome applied".into(),
+    )?;
+    let after = cx.store.get(&key).await.map_err(err)?;
+    ensure(after == before, || {
+        format!("a complete sent again changed the record: {before:?}, then {after:?}")
+    })
 }
 
 async fn two_takeovers_one_wins(cx: Ctx) -> Result<(), String> {

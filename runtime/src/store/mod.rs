@@ -465,6 +465,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records the outcome of the reservation `token`, kept for `retain`. False if the token no
     /// longer holds the record.
+    ///
+    /// Sent again after its answer was lost, it finds the record completed under `token` with
+    /// the same outcome and answers true, as the first did (and changes nothing). That is the one
+    /// way a caller tells its own write from another holder's: a call that took the key over
+    /// after the lease lapsed holds another token, even when its result is the same (the
+    /// caller then answers `LEASE_LOST`, never a plain success).
     async fn complete(
         &self,
         key: &RecordKey,

@@ -578,6 +578,7 @@ struct Sql {
     reserve: String,
     read: String,
     complete: String,
+    completed_by: String,
     release: String,
     renew: String,
     mark_unknown: String,
@@ -711,6 +712,10 @@ impl Sql {
                      expires_at = {NOW} + $5::int8 * interval '1 millisecond'
                  WHERE {fenced}"
             ),
+            completed_by: format!(
+                "SELECT 1 FROM {t} WHERE tenant = $1 AND key = $2 AND token = $3
+                   AND state = '{COMPLETED}' AND outcome = $4"
+            ),
             release: format!("DELETE FROM {t} WHERE {fenced}"),
             renew: format!(
                 "UPDATE {t} SET lease_until = {NOW} + $4::int8 * interval '1 millisecond'
@@ -834,7 +839,12 @@ impl Store for PostgresStore {
         let (text, retain) = (outcome.to_stored(), span_ms(retain));
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
             [&key.tenant, &key.key, &token.as_str(), &text, &retain];
-        Ok(self.execute(&self.sql.complete, &params).await? > 0)
+        if self.execute(&self.sql.complete, &params).await? > 0 {
+            return Ok(true);
+        }
+        // Sent again after a lost answer: the first write landed. (A second round trip, only
+        // when the write changed nothing.)
+        Ok(self.execute(&self.sql.completed_by, &params[..4]).await? > 0)
     }
 
     async fn release(&self, key: &RecordKey, token: &Token) -> Result<bool, StoreError> {

@@ -1097,11 +1097,15 @@ if r == nil then return {'absent'} end
 return reply(now_ms(), r)
 "#,
         ),
-        // KEYS[1] record; ARGV token, outcome, retain ms, TTL margin ms.
+        // KEYS[1] record; ARGV token, outcome, retain ms, TTL margin ms. Sent again after a lost
+        // answer, it finds the record it completed and answers as the first did.
         complete: script(
             r#"
 local r = load(KEYS[1])
-if not held(r, ARGV[1]) then return 0 end
+if not held(r, ARGV[1]) then
+  if r and r[1] == 'completed' and r[2] == ARGV[1] and r[6] == ARGV[2] then return 1 end
+  return 0
+end
 local now = now_ms()
 local retain = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'state', 'completed', 'outcome', ARGV[2],

@@ -1081,7 +1081,7 @@ impl Store for SqliteStore {
         let (key, token, text) = (key.clone(), token.clone(), outcome.to_stored());
         self.write(move |tx, now| {
             let expires_at = now.saturating_add(span_ms(retain));
-            fenced(
+            let written = fenced(
                 tx,
                 sql!(
                     "UPDATE toolkey_records
@@ -1089,7 +1089,18 @@ impl Store for SqliteStore {
                      WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
                 ),
                 params![key.tenant, key.key, token.as_str(), text, now, expires_at],
-            )
+            )?;
+            if written {
+                return Ok(true);
+            }
+            // Sent again after a lost answer: the first write landed.
+            tx.prepare_cached(sql!(
+                "SELECT 1 FROM toolkey_records
+                 WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{COMPLETED}'
+                   AND outcome = ?4"
+            ))
+            .and_then(|mut stmt| stmt.exists(params![key.tenant, key.key, token.as_str(), text]))
+            .map_err(unavailable)
         })
         .await
     }

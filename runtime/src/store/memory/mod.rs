@@ -328,6 +328,12 @@ impl Node {
         self.state == State::InProgress && self.token() == token.as_str()
     }
 
+    /// Completed under `token` with the outcome stored as `text`: what a `complete` sent again
+    /// finds when the first one landed.
+    fn completed_by(&self, token: &Token, text: &str) -> bool {
+        self.token() == token.as_str() && self.outcome() == Some(text)
+    }
+
     /// The record as the trait describes it, at `now_ms`. A completed record's outcome is
     /// copied from the reading kept by an earlier call, if there is one; else read from its
     /// text, and that reading kept when the text is short and shallow enough.
@@ -513,7 +519,12 @@ impl Store for MemoryStore {
     ) -> Result<bool, StoreError> {
         let text = outcome.to_stored();
         self.with(|records, now| {
-            Ok(records.complete(key, |node| node.held_by(token), &text, now, retain))
+            if records.complete(key, |node| node.held_by(token), &text, now, retain) {
+                return Ok(true);
+            }
+            Ok(records
+                .get_mut(key.borrowed())
+                .is_some_and(|node| node.completed_by(token, &text)))
         })
     }
 
