@@ -37,7 +37,8 @@ mod tool;
 /// (the companion's name, or `false`), `hash = true` (store only a hash of the values),
 /// `recover = path::to_fn`, `on_in_progress = "wait(2s)"` or `"reject"`, `destructive = false`.
 /// Beside the story: `timeout`, `lease`, `retain` (durations such as `"200ms"`, `"2s"`, `"5m"`,
-/// `"7d"`), `retry_limit = "5/10m"` (after five retryable failures of one call within ten
+/// `"7d"`; a lease is at least `"30ms"`, as it is renewed every third of it and at most every
+/// 10 ms), `retry_limit = "5/10m"` (after five retryable failures of one call within ten
 /// minutes, answer `RETRY_LIMIT`; `"off"` for none; the toolbox's default otherwise),
 /// `concurrency = 4` (at most four bodies at once in a process; a call beyond waits within its
 /// `timeout`, then is answered `BUSY`), `name`, `description`, `crate = "path"`.

@@ -159,7 +159,20 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
     }
 }
 
+/// The shortest lease: renewals come every third of a lease, and never more often than every
+/// 10 ms (the runtime's floor), so a shorter lease lapses between renewals while its body runs.
+const MIN_LEASE: std::time::Duration = std::time::Duration::from_millis(30);
+
 fn check_settings(cx: &Ctxt, tool: &Tool) {
+    if let Some(lease) = tool.lease.as_ref().filter(|l| l.value < MIN_LEASE) {
+        cx.error_at(
+            lease.span,
+            format!(
+                "a lease of {:?} would lapse while its body runs: it is renewed every third of it, but never more often than every 10 ms, so another call could take the key over from a running body; use at least `\"30ms\"` (the default, `\"30s\"`, suits most tools)",
+                lease.value
+            ),
+        );
+    }
     if tool.keyed().is_none() {
         for (setting, span) in [
             ("lease", tool.lease.as_ref().map(|l| l.span)),
