@@ -642,7 +642,8 @@ pub(crate) fn task_working(tool: &str) -> String {
 }
 
 /// The result of a task whose call ended without recording an outcome: a failure its tool
-/// marked as safe to retry released the key, and the answer went with it.
+/// marked as safe to retry released the key, and the answer went with it; or the call stopped
+/// (a crash) and another call took the key over, so the record is that call's now.
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn task_unrecorded(code: &'static str, def: Named<'_>) -> ToolError {
     match def.per_call {
@@ -658,7 +659,7 @@ pub(crate) fn task_unrecorded(code: &'static str, def: Named<'_>) -> ToolError {
         false => ToolError::new(
             code,
             format!(
-                "`{}` ended without recording an outcome (a failure that is safe to retry), so its answer was not kept",
+                "`{}` ended without recording an outcome under this task (a failure safe to retry freed its key, or another call took the key over after this one stopped), so its answer was not kept",
                 def.tool
             ),
         )
