@@ -289,6 +289,37 @@ pub(crate) fn retry_limit(
         ))
 }
 
+/// [`retry_limit`] for a keyed call whose record is kept unknown: its last attempt may have
+/// acted (a reply lost, a lookup that could not look), so the answer says the action may have
+/// happened, never only that it keeps failing (the user could do it again by hand).
+pub(crate) fn retry_limit_unknown(
+    def: Named<'_>,
+    failures: u64,
+    window: Duration,
+    last: Option<&str>,
+) -> ToolError {
+    let limit = retry_limit(def.tool, true, failures, window, last);
+    let check = match def.status {
+        Some(status) => format!(
+            "`{status}` with the same arguments tells what is recorded, and a person can check the outside system"
+        ),
+        None => "a person must check the outside system".to_string(),
+    };
+    ToolError::new(
+        ErrorCode::RetryLimit,
+        format!(
+            "{}; whether `{}` acted is unknown: its outcome was never recorded",
+            limit.message(),
+            def.tool
+        ),
+    )
+    .with_retryable(false)
+    .with_suggestion(format!(
+        "stop calling `{}` for this key, and do not do the action another way: it may have been done; tell the user it is unknown whether it happened ({check})",
+        def.tool
+    ))
+}
+
 /// The tool's concurrency limit (`slots` bodies at once) was reached, and no slot freed within
 /// `waited`: nothing ran.
 pub(crate) fn busy(tool: &str, slots: usize, waited: Duration) -> ToolError {

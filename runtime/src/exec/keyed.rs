@@ -227,14 +227,18 @@ pub(super) async fn run(
             // this answer as the call's outcome would block the call that owns those steps.
             exec.stats.released.inc();
             holder.write(Write::Release, Some(renewal)).await;
-            let answer = stop_if_reached(&exec, def, limit, reached, err.clone());
+            let answer = stop_if_reached(&exec, def, limit, reached, err.clone(), false);
             return Err(after_steps(def, &scope, answer));
         }
     }
     let value = settle(&holder, settings.retain, ran, renewal, Some(&exec.stats))
         .await
         .map_err(|err| texts::looked_up_on_retry(err, call_has_recover, def.key_follows_step()))
-        .map_err(|err| stop_if_reached(&exec, def, limit, reached, err))
+        .map_err(|err| {
+            // An unknown outcome is kept as the key's record: the body may have acted.
+            let unknown = err.is(ErrorCode::OutcomeUnknown);
+            stop_if_reached(&exec, def, limit, reached, err, unknown)
+        })
         .map_err(|err| after_steps(def, &scope, err))?;
     clear_failures(&store, &rkey, Some(prior), def).await;
     Ok(ToolOutput {
@@ -294,7 +298,9 @@ impl Stale<'_> {
                 if failures >= limit.failures {
                     exec.stats.retry_limited.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
-                    return TakeOver::Answered(Err(limit.reached(def, failures, None)));
+                    // The record is unknown: an earlier attempt may have acted.
+                    let refused = limit.reached_unknown(def, failures, None);
+                    return TakeOver::Answered(Err(refused));
                 }
                 Some(failures)
             }
@@ -361,7 +367,7 @@ impl Stale<'_> {
                     None => None,
                 };
                 let answer = holder.keep_unknown(renewal, err).await;
-                Err(stop_if_reached(exec, def, limit, reached, answer))
+                Err(stop_if_reached(exec, def, limit, reached, answer, true))
             }
             Err(panic) => {
                 let answer = panicked(what, "recover hook", panic);
@@ -466,19 +472,24 @@ async fn count_failure(
     }
 }
 
-/// `err`, or `RETRY_LIMIT` in its place when this failure reached the limit.
+/// `err`, or `RETRY_LIMIT` in its place when this failure reached the limit. `unknown`: the
+/// key's record is kept unknown (the call may have acted), which the answer keeps saying.
 fn stop_if_reached(
     exec: &Executor,
     def: &ToolDefinition,
     limit: Option<Limit>,
     reached: Option<u64>,
     err: ToolError,
+    unknown: bool,
 ) -> ToolError {
     match (limit, reached) {
         (Some(limit), Some(failures)) if err.is_retryable() => {
             tracing::warn!(tool = %def.name, failures, code = %err.code(), "retry limit reached: the model is told to stop");
             exec.stats.retry_limited.inc();
-            limit.reached(def, failures, Some(err.code()))
+            match unknown {
+                true => limit.reached_unknown(def, failures, Some(err.code())),
+                false => limit.reached(def, failures, Some(err.code())),
+            }
         }
         _ => err,
     }

@@ -60,6 +60,17 @@ impl Limit {
         let by_key = def.story == crate::Story::Idempotent;
         texts::retry_limit(&def.name, by_key, failures, self.window, last)
     }
+
+    /// [`reached`](Self::reached) for a keyed call whose record is kept unknown: the action may
+    /// have happened, and the answer says so.
+    pub(crate) fn reached_unknown(
+        &self,
+        def: &ToolDefinition,
+        failures: u64,
+        last: Option<&str>,
+    ) -> ToolError {
+        texts::retry_limit_unknown(def.named(), failures, self.window, last)
+    }
 }
 
 /// True when `err`, the answer to a call whose body ran, counts against the retry limit: it
