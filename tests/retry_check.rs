@@ -82,6 +82,31 @@ async fn find_nothing(
     Ok(None)
 }
 
+/// Charge an order; its lookup never asks the provider and always says the charge was made.
+#[tool(idempotent(key = "charge:<order>", recover = assume_charged))]
+async fn charge_assuming(
+    payments: State<Payments>,
+    /// The order, for example "o-1".
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
+async fn assume_charged(
+    payments: State<Payments>,
+    order: String,
+    cents: i64,
+    note: String,
+) -> Result<Option<String>, ToolError> {
+    let _ = (payments, order, cents, note);
+    Ok(Some("ch_1".to_string()))
+}
+
 /// Charge a customer for a month: the key leaves the month out.
 #[tool(idempotent(key = "charge:<customer>"))]
 async fn charge_monthly(
@@ -137,6 +162,7 @@ fn check(tool: &'static str, args: Value, backend: Backend) -> RetryCheck<Arc<Pa
                 .shared_state(payments.clone())
                 .tool(Charge)
                 .tool(ChargeLookingElsewhere)
+                .tool(ChargeAssuming)
                 .tool(ChargeMonthly)
                 .tool(ChargeKeyedOnNote)
                 .tool(ChargeRenamed)
@@ -188,6 +214,7 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashBeforeEffect, 1, 1, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 2, 2, Pass),
             ],
@@ -209,8 +236,12 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
             "worker died; retry replayed (found by the recover hook), status completed"
         );
         assert_eq!(
+            answer(CrashBeforeEffect),
+            "worker died before acting; retry ok (the recover hook found nothing)"
+        );
+        assert_eq!(
             answer(LeaseLapse),
-            "lease lapsed; retry replayed (found by the recover hook), first call ok"
+            "lease lapsed; retry replayed (found by the recover hook), first call LEASE_LOST"
         );
     }
 }
@@ -250,6 +281,7 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 2, Fail),
+                (CrashBeforeEffect, 1, 1, Pass),
                 (LeaseLapse, 1, 2, Fail),
                 (OtherAction, 0, 0, NotRun),
             ],
@@ -271,6 +303,39 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
     }
 }
 
+/// A recover hook that says "found" without looking passes every row where the effect happened,
+/// and fails the one where the worker died before acting: the retry is told the charge was
+/// made, and none was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recover_hook_that_assumes_the_charge_skips_it_after_a_crash_before_acting() {
+    for backend in backends() {
+        let report = check("charge_assuming", args(), backend).run().await;
+        let row = report.row(CrashBeforeEffect).unwrap();
+        assert_eq!(
+            (row.expected, row.observed, row.verdict),
+            (1, 0, Fail),
+            "{report}"
+        );
+        assert_eq!(
+            row.answer,
+            "worker died before acting; retry replayed (found by the recover hook)"
+        );
+        assert!(
+            reason(&report, CrashBeforeEffect).starts_with(
+                "skipped work: the recover hook answered an effect that never happened"
+            ),
+            "{report}"
+        );
+        let failed: Vec<Scenario> = report
+            .rows
+            .iter()
+            .filter(|r| r.verdict == Fail)
+            .map(|r| r.scenario)
+            .collect();
+        assert_eq!(failed, [CrashBeforeEffect], "{report}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
     for backend in backends() {
@@ -289,6 +354,7 @@ async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashBeforeEffect, 0, 0, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 2, 1, Fail),
             ],
@@ -324,6 +390,7 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashBeforeEffect, 0, 0, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 0, 0, NotRun),
             ],

@@ -15,6 +15,7 @@
 //! | concurrent duplicates | 8 calls at once (record writes held until the duplicates answer) | 1 effect |
 //! | record reply lost | [`FaultyStore`](crate::store::faults::FaultyStore) applies the record write and loses its reply | 1 effect; the outcome replayed and the status `completed` |
 //! | crash before record | the worker dies at the record write; its lease lapses; another worker gets the call | 1 effect: the recover hook finds it, or the answer says `OUTCOME_UNKNOWN` |
+//! | crash before effect | the worker dies once its key is reserved, before its body runs; its lease lapses; another worker gets the call | the recover hook finds nothing and the retry acts (1 effect), or the answer says `OUTCOME_UNKNOWN` (none); a hook that answers "found" without looking fails |
 //! | lease lapses, slow body | the record write is held and the renewals fail until the lease lapses; another worker gets the call | 1 effect; the first call does not claim a second |
 //! | another action | your [`other_action`](RetryCheck::other_action) after the first call | 2 effects |
 //!

@@ -24,6 +24,10 @@ pub enum Scenario {
     /// The worker dies after the effect, before the record; after its lease lapses another
     /// worker gets the call: the recover hook finds the effect, or the answer says unknown.
     Crash,
+    /// The worker dies after it reserved the key, before its body acted; after its lease lapses
+    /// another worker gets the call: the recover hook finds nothing and the retry acts, or the
+    /// answer says unknown. A hook that answers "found" without looking fails here.
+    CrashBeforeEffect,
     /// The body is slow after its effect and its renewals do not reach the store, so its lease
     /// lapses; another worker gets the call meanwhile.
     LeaseLapse,
@@ -34,7 +38,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order a check runs them.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Replay,
         Scenario::Timeout,
         Scenario::Reworded,
@@ -42,6 +46,7 @@ impl Scenario {
         Scenario::Concurrent,
         Scenario::LostReply,
         Scenario::Crash,
+        Scenario::CrashBeforeEffect,
         Scenario::LeaseLapse,
         Scenario::OtherAction,
     ];
@@ -56,6 +61,7 @@ impl Scenario {
             Scenario::Concurrent => "concurrent duplicates",
             Scenario::LostReply => "record reply lost",
             Scenario::Crash => "crash before record",
+            Scenario::CrashBeforeEffect => "crash before effect",
             Scenario::LeaseLapse => "lease lapses, slow body",
             Scenario::OtherAction => "another action",
         }

@@ -116,6 +116,7 @@ impl<W> RetryCheck<W> {
             Scenario::Concurrent => self.concurrent(t, scene).await,
             Scenario::LostReply => self.lost_reply(t, scene).await,
             Scenario::Crash => self.crash(t, scene).await,
+            Scenario::CrashBeforeEffect => self.crash_before_effect(t, scene).await,
             Scenario::LeaseLapse => self.lease_lapse(t, scene).await,
             Scenario::OtherAction => self.another_action(t, scene).await,
         };
@@ -546,6 +547,75 @@ impl<W> RetryCheck<W> {
                 Ok(_) => {}
                 Err(err) => row.fail(format!(
                     "after the worker died, the retry answered {} ({})",
+                    err.code(),
+                    err.message()
+                )),
+            }
+        }
+        row
+    }
+
+    async fn crash_before_effect(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        if t.def.story() != Story::Idempotent {
+            return Row::not_run(
+                Scenario::CrashBeforeEffect,
+                "no key: nothing is reserved before the body runs",
+            );
+        }
+        let control = Control::new();
+        control.die_after_reserve();
+        let dead = self.controlled(scene, &control);
+        let first = {
+            let (dead, tool, args, ctx) = (
+                dead.clone(),
+                self.tool.clone(),
+                self.args.clone(),
+                self.context.clone(),
+            );
+            tokio::spawn(async move { dead.call(&tool, args, &ctx).await })
+        };
+        let reserved = control.record_reached(BODY_LIMIT).await;
+        first.abort();
+        let mut row = Row::new(Scenario::CrashBeforeEffect, 0, 0);
+        if !reserved {
+            row.fail(format!(
+                "the call did not reserve its key within {} s",
+                BODY_LIMIT.as_secs()
+            ));
+            return row;
+        }
+        scene
+            .clock
+            .advance(t.def.settings().lease + Duration::from_secs(1));
+        let next = self.worker(scene, scene.store.clone(), None);
+        let retry = self.call(&next, &self.args).await;
+        scene.drain(&next).await;
+        let recovered = next.stats().recovered > 0;
+        // With a recover hook the retry must find nothing and act; without one it is told the
+        // outcome is unknown, and nothing is done.
+        row.expected = usize::from(recovered);
+        row.observed = self.effects_in(scene);
+        row.answer = format!(
+            "worker died before acting; retry {}{}",
+            code(&retry),
+            looked_up(recovered, &retry)
+        );
+        if matches!(&retry, Ok(out) if out.replayed) && row.observed == 0 {
+            row.fail("skipped work: the recover hook answered an effect that never happened (the worker died before its body ran); it must look the effect up in the outside system by what the key names, not assume it");
+        }
+        effects_verdict(
+            &mut row,
+            t,
+            "after the worker died before acting, the retry ran twice",
+            "",
+        );
+        lapsed_or_fail(&mut row, &retry);
+        if row.verdict == Verdict::Pass {
+            match &retry {
+                Err(err) if err.is(ErrorCode::OutcomeUnknown) && !recovered => {}
+                Ok(_) => {}
+                Err(err) => row.fail(format!(
+                    "after the worker died before acting, the retry answered {} ({})",
                     err.code(),
                     err.message()
                 )),

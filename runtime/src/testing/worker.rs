@@ -1,6 +1,7 @@
 //! One worker's view of the scenario's store, with the switches the catalogue needs: hold the
 //! record write (a body slow after its effect), fail the renewals (a worker cut off from the
-//! store), and die at the record write (a process killed after the effect, before the record).
+//! store), die at the record write (a process killed after the effect, before the record), and
+//! die once a key is reserved (a process killed before its body acted).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub(crate) struct Control {
     reached: watch::Sender<bool>,
     dead: AtomicBool,
     die_at_record: AtomicBool,
+    die_after_reserve: AtomicBool,
     renewals_fail: AtomicBool,
 }
 
@@ -28,6 +30,7 @@ impl Control {
             reached: watch::channel(false).0,
             dead: AtomicBool::new(false),
             die_at_record: AtomicBool::new(false),
+            die_after_reserve: AtomicBool::new(false),
             renewals_fail: AtomicBool::new(false),
         })
     }
@@ -41,6 +44,12 @@ impl Control {
     /// operation never reach the store and never answer.
     pub(crate) fn die_at_record(&self) {
         self.die_at_record.store(true, Ordering::SeqCst);
+    }
+
+    /// The worker dies once the store has reserved a key for it, before its body runs: its
+    /// reservation is kept and never answered (and `record_reached` says it was made).
+    pub(crate) fn die_after_reserve(&self) {
+        self.die_after_reserve.store(true, Ordering::SeqCst);
     }
 
     /// Every renewal fails before it reaches the store.
@@ -88,9 +97,18 @@ impl Store for WorkerStore {
         lease: Duration,
     ) -> Result<Reservation, StoreError> {
         self.control.gate(false).await;
-        self.inner
+        let reserved = self
+            .inner
             .reserve(key, tool, fingerprint, token, lease)
-            .await
+            .await;
+        if matches!(reserved, Ok(Reservation::Reserved { .. }))
+            && self.control.die_after_reserve.load(Ordering::SeqCst)
+        {
+            self.control.dead.store(true, Ordering::SeqCst);
+            self.control.reached.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+        reserved
     }
     async fn complete(
         &self,
