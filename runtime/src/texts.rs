@@ -425,6 +425,34 @@ pub(crate) fn outcome_unknown(def: Named<'_>, since: SystemTime, reported: bool)
 pub(crate) const OUTCOME_UNKNOWN_SUGGESTION: &str =
     "do not repeat the action; check its status, or ask a person to look in the outside system";
 
+/// `err` with the suggestion every [`ToolError::outcome_unknown`] starts with (a body's own, a
+/// panic's) fitted to the tool that answered: the status tool it has, or a person when it has
+/// none; for a tool whose repetition changes nothing more (`read_only`, `natural`), that calling
+/// again is safe. A suggestion the tool wrote itself is kept.
+pub(crate) fn fit_unknown(err: ToolError, def: Named<'_>, story: Story) -> ToolError {
+    if !err.is(ErrorCode::OutcomeUnknown) || err.suggestion() != Some(OUTCOME_UNKNOWN_SUGGESTION) {
+        return err;
+    }
+    let tool = def.tool;
+    match story {
+        Story::ReadOnly => err.with_retryable(true).with_suggestion(format!(
+            "`{tool}` only reads, so calling again is safe: call it once more with the same arguments, and if it fails again tell the user it is failing"
+        )),
+        Story::Natural => err.with_retryable(true).with_suggestion(format!(
+            "repeating `{tool}` has no further effect, so calling again is safe: call it once more with the same arguments, and if it fails again tell the user it is failing"
+        )),
+        Story::Idempotent | Story::Unkeyed => {
+            let check = match def.status {
+                Some(status) => format!(
+                    "call `{status}` with the same arguments, or ask a person to look in the outside system"
+                ),
+                None => "ask a person to look in the outside system".to_string(),
+            };
+            err.with_suggestion(format!("do not repeat the action; {check}"))
+        }
+    }
+}
+
 /// With a recover hook, a retry after an unknown outcome looks before it acts: say so. Not for
 /// a tool keyed on its place in the run (`per_call`): the model's retry has a key of its own, and
 /// nothing to look up under it.

@@ -556,7 +556,9 @@ impl Toolbox {
                     telemetry,
                 } = registered;
                 let exec = &self.inner.exec;
-                exec.call(&**tool, definition, telemetry, args, ctx).await
+                let answer = exec.call(&**tool, definition, telemetry, args, ctx).await;
+                answer
+                    .map_err(|err| texts::fit_unknown(err, definition.named(), definition.story()))
             }
             Some(Entry::Status(status)) => {
                 let StatusEntry {
