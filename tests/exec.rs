@@ -396,7 +396,7 @@ async fn invalid_arguments_name_the_field_and_are_never_recorded() {
         .call("charge_status", json!({"order": "o-3"}), &ctx())
         .await
         .unwrap();
-    assert_eq!(status.value, json!({"status": "not_found"}));
+    assert_eq!(status.value["status"], "not_found", "{}", status.value);
     toolbox
         .call("charge", json!({"order": "o-3", "cents": 1}), &ctx())
         .await
@@ -915,7 +915,7 @@ async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
         .call("invoice_status", key.clone(), &ctx)
         .await
         .unwrap();
-    assert_eq!(status.value, json!({"status": "not_found"}));
+    assert_eq!(status.value["status"], "not_found", "{}", status.value);
     toolbox
         .call(
             "send_invoice",
@@ -948,7 +948,7 @@ async fn status_moves_from_not_found_to_in_progress_to_completed_per_tenant() {
     assert!(status.value["completed_at"].is_string());
     let other = ToolContext::new("run-1").with_tenant("globex");
     let status = toolbox.call("invoice_status", key, &other).await.unwrap();
-    assert_eq!(status.value, json!({"status": "not_found"}));
+    assert_eq!(status.value["status"], "not_found", "{}", status.value);
     assert_eq!(billing.count(), 1);
 }
 
@@ -2087,4 +2087,73 @@ async fn an_unknown_outcome_suggests_only_what_the_tool_offers() {
     assert_eq!(status.value["status"], "unknown");
     assert_eq!(dock.shipped.load(Ordering::SeqCst), 2);
     assert_eq!(dock.reads.load(Ordering::SeqCst), 1);
+}
+
+/// A shop whose mail server can be down: charges and receipts counted.
+#[derive(Default)]
+struct Shop {
+    charges: AtomicUsize,
+    receipts: AtomicUsize,
+    mail_down: std::sync::atomic::AtomicBool,
+}
+
+/// Charge an order, then email its receipt.
+#[tool(idempotent(key = "checkout:<order>"))]
+async fn checkout(
+    shop: State<Shop>,
+    ctx: &ToolContext,
+    order: String,
+) -> Result<String, ToolError> {
+    let charged = ctx
+        .once("charge", async {
+            shop.charges.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(format!("ch-{order}"))
+        })
+        .await?;
+    ctx.once("receipt", async {
+        if shop.mail_down.load(Ordering::SeqCst) {
+            let down = ToolError::new("MAIL_DOWN", "the mail server is down");
+            return Err(down.with_retryable(true));
+        }
+        shop.receipts.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .await?;
+    Ok(charged)
+}
+
+/// After a step charged and a later step failed in a way safe to retry, the call's key is free
+/// and the status tool answers `not_found`: its detail says a finished step is kept and not done
+/// again (it once said nothing, and read as "has not run" though the customer was charged), and
+/// calling again, as it says, charges no more.
+#[tokio::test]
+async fn not_found_after_a_step_acted_says_the_step_is_kept() {
+    let shop = Arc::new(Shop::default());
+    shop.mail_down.store(true, Ordering::SeqCst);
+    let toolbox = Toolbox::builder()
+        .shared_state(shop.clone())
+        .tool(Checkout)
+        .build()
+        .unwrap();
+    let args = json!({"order": "o-7"});
+    let failed = toolbox
+        .call("checkout", args.clone(), &ctx())
+        .await
+        .unwrap_err();
+    assert!(failed.is_retryable(), "{failed:?}");
+    let status = toolbox
+        .call("checkout_status", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "not_found", "{}", status.value);
+    let detail = status.value["detail"].as_str().unwrap();
+    assert!(detail.contains("any step it finished, such as a payment, is kept and not done again when `checkout` is called again"), "{detail}");
+    shop.mail_down.store(false, Ordering::SeqCst);
+    let done = toolbox
+        .call("checkout", args.clone(), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((done.value, done.replayed), (json!("ch-o-7"), false));
+    assert_eq!(shop.charges.load(Ordering::SeqCst), 1);
+    assert_eq!(shop.receipts.load(Ordering::SeqCst), 1);
 }

@@ -775,6 +775,15 @@ pub(crate) fn status_description(target: &str) -> String {
     )
 }
 
+/// A status answer's detail when the key has no record: no call ran, or one that failed in a way
+/// safe to retry freed the key (steps it finished keep their own records, so a step may have
+/// acted: a charge made before a later step failed), or the record's retention ended.
+pub(crate) fn status_not_found(target: &str) -> String {
+    format!(
+        "no `{target}` call with these values is running or recorded as finished: none ran, or one failed in a way that is safe to retry (any step it finished, such as a payment, is kept and not done again when `{target}` is called again), or its record's retention ended"
+    )
+}
+
 /// A status answer's detail when the key's record was made by another action than the one the
 /// arguments describe.
 pub(crate) fn status_conflict(target: &str) -> String {

@@ -544,7 +544,7 @@ impl Executor {
         }
         let found = record.is_some();
         let mut value = match record {
-            None => json!({"status": "not_found"}),
+            None => json!({"status": "not_found", "detail": texts::status_not_found(target)}),
             Some(Record::InProgress { since, .. }) => {
                 json!({"status": "in_progress", "since": time(since)})
             }
