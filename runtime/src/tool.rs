@@ -63,7 +63,8 @@ pub(crate) const DEFAULT_RETRY_LIMIT: RetryLimit = RetryLimit::after(10, Duratio
 /// One call is one key for an `idempotent` tool, and one tool with one set of arguments (those
 /// not `#[arg(ignore)]`) in one tenant for every other story. A failure is an answer that
 /// invites a retry after the tool's code ran: a retryable error of the body or the recover hook,
-/// a retryable `TIMEOUT`, an unknown outcome a recover hook will look up. When the count reaches
+/// a retryable `TIMEOUT` of a tool without a key (a keyed call's body goes on, and its retry finds
+/// it in progress), an unknown outcome a recover hook will look up. When the count reaches
 /// the limit, that answer and every later one for the same call within the window is
 /// `RETRY_LIMIT` (not retryable), and the body does not run; when the key's record is unknown,
 /// the answer says the action may have happened. The window starts at the first failure; when it
