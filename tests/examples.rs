@@ -137,7 +137,7 @@ mod retry_check {
     }
 
     use Scenario::*;
-    use Verdict::{Fail, Pass};
+    use Verdict::{Fail, NotRun, Pass};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_keyed_invoice_tool_is_retry_safe() {
@@ -154,6 +154,7 @@ mod retry_check {
                     (Concurrent, 1, 1, Pass),
                     (LostReply, 1, 1, Pass),
                     (Crash, 1, 1, Pass),
+                    (CrashBeforeEffect, 0, 0, Pass),
                     (LeaseLapse, 1, 1, Pass),
                     (OtherAction, 2, 2, Pass),
                 ],
@@ -186,6 +187,7 @@ mod retry_check {
                     (Concurrent, 1, 8, Fail),
                     (LostReply, 1, 2, Fail),
                     (Crash, 1, 2, Fail),
+                    (CrashBeforeEffect, 0, 0, NotRun),
                     (LeaseLapse, 1, 2, Fail),
                     (OtherAction, 2, 2, Pass),
                 ],

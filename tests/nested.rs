@@ -128,7 +128,11 @@ async fn a_field_the_schema_does_not_take_below_the_top_is_refused_before_anythi
             .call("ship_status", json!({"order": "o-1"}), &ctx())
             .await
             .unwrap();
-        assert_eq!(status.value, json!({"status": "not_found"}), "{fields}");
+        assert_eq!(
+            status.value["status"], "not_found",
+            "{fields}: {}",
+            status.value
+        );
     }
     assert_eq!(carrier.count(), 0, "nothing shipped");
     let asked = call_with(json!({
