@@ -227,11 +227,10 @@ pub fn status_call(bytes: &[u8], tally: &Tally) {
                 Ok(output) => {
                     let value = &output.value;
                     let fields: Vec<&str> = match value["status"].as_str() {
-                        Some("not_found") => vec!["status"],
+                        Some("not_found" | "conflict") => vec!["detail", "status"],
                         Some("in_progress" | "unknown") => vec!["since", "status"],
                         Some("completed") => vec!["completed_at", "result", "status"],
                         Some("failed") => vec!["completed_at", "error", "status"],
-                        Some("conflict") => vec!["detail", "status"],
                         _ => panic!("`{status}` answered {value}"),
                     };
                     // A record found with only the key checked says so in a note.
