@@ -183,6 +183,14 @@ impl<W> RetryCheck<W> {
         toolbox.call(&self.tool, args.clone(), &self.context).await
     }
 
+    /// The check's call on `toolbox`, in a task of its own (a worker the scenario then kills,
+    /// holds up or lets finish).
+    fn spawn_call(&self, toolbox: &Toolbox) -> tokio::task::JoinHandle<Answer> {
+        let (toolbox, tool) = (toolbox.clone(), self.tool.clone());
+        let (args, ctx) = (self.args.clone(), self.context.clone());
+        tokio::spawn(async move { toolbox.call(&tool, args, &ctx).await })
+    }
+
     /// The status tool's answer (`completed`, `unknown`, ...), for tools that have one.
     async fn status(&self, toolbox: &Toolbox, def: &ToolDefinition) -> Option<String> {
         let name = def.status_tool()?;
@@ -482,15 +490,7 @@ impl<W> RetryCheck<W> {
         let control = Control::new();
         control.die_at_record();
         let dead = self.controlled(scene, &control);
-        let mut first = {
-            let (dead, tool, args, ctx) = (
-                dead.clone(),
-                self.tool.clone(),
-                self.args.clone(),
-                self.context.clone(),
-            );
-            tokio::spawn(async move { dead.call(&tool, args, &ctx).await })
-        };
+        let mut first = self.spawn_call(&dead);
         // The body ends at its record write, where the worker dies; a tool that writes no
         // record answers, and the worker dies before the answer reaches anyone.
         let ended = tokio::select! {
@@ -506,9 +506,7 @@ impl<W> RetryCheck<W> {
             ));
             return row;
         }
-        scene
-            .clock
-            .advance(t.def.settings().lease + Duration::from_secs(1));
+        lapse(t, scene);
         let next = self.worker(scene, scene.store.clone(), None);
         let retry = self.call(&next, &self.args).await;
         let status = self.status(&next, t.def).await;
@@ -565,15 +563,7 @@ impl<W> RetryCheck<W> {
         let control = Control::new();
         control.die_after_reserve();
         let dead = self.controlled(scene, &control);
-        let first = {
-            let (dead, tool, args, ctx) = (
-                dead.clone(),
-                self.tool.clone(),
-                self.args.clone(),
-                self.context.clone(),
-            );
-            tokio::spawn(async move { dead.call(&tool, args, &ctx).await })
-        };
+        let first = self.spawn_call(&dead);
         let reserved = control.record_reached(BODY_LIMIT).await;
         first.abort();
         let mut row = Row::new(Scenario::CrashBeforeEffect, 0, 0);
@@ -584,9 +574,7 @@ impl<W> RetryCheck<W> {
             ));
             return row;
         }
-        scene
-            .clock
-            .advance(t.def.settings().lease + Duration::from_secs(1));
+        lapse(t, scene);
         let next = self.worker(scene, scene.store.clone(), None);
         let retry = self.call(&next, &self.args).await;
         scene.drain(&next).await;
@@ -629,15 +617,7 @@ impl<W> RetryCheck<W> {
         control.hold_records(true);
         control.fail_renewals();
         let slow = self.controlled(scene, &control);
-        let mut first = {
-            let (slow, tool, args, ctx) = (
-                slow.clone(),
-                self.tool.clone(),
-                self.args.clone(),
-                self.context.clone(),
-            );
-            tokio::spawn(async move { slow.call(&tool, args, &ctx).await })
-        };
+        let mut first = self.spawn_call(&slow);
         let mut answered = None;
         let ended = tokio::select! {
             reached = control.record_reached(BODY_LIMIT) => reached,
@@ -654,9 +634,7 @@ impl<W> RetryCheck<W> {
             ));
             return row;
         }
-        scene
-            .clock
-            .advance(t.def.settings().lease + Duration::from_secs(1));
+        lapse(t, scene);
         let next = self.worker(scene, scene.store.clone(), None);
         let retry = self.call(&next, &self.args).await;
         control.hold_records(false);
@@ -742,6 +720,12 @@ impl<W> RetryCheck<W> {
         );
         row
     }
+}
+
+/// Moves the scene's clock past the tool's lease: a reservation nobody renewed reads as stale.
+fn lapse<W>(t: &Target<'_>, scene: &Scene<W>) {
+    let lease = t.def.settings().lease;
+    scene.clock.advance(lease + Duration::from_secs(1));
 }
 
 /// `ok`, `replayed`, or the error's code.
