@@ -114,13 +114,37 @@ impl From<ErrorCode> for Cow<'static, str> {
 /// assert_eq!(err.code(), "PAYMENT_DECLINED");
 /// assert_eq!(err.to_json()["error"]["retryable"], false);
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ToolError {
     code: Cow<'static, str>,
     message: String,
     retryable: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     suggestion: Option<String>,
+    /// What the runtime needs to know of this error beyond its words: never sent, never stored,
+    /// never compared. Texts are for readers; decisions read this.
+    #[serde(skip)]
+    mark: Mark,
+}
+
+/// What the runtime decides by, beside an error's words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Mark {
+    #[default]
+    None,
+    /// [`ToolError::outcome_unknown`]'s suggestion, not yet fitted to the tool that answered.
+    UnfittedSuggestion,
+    /// Arguments refused as no whole call of the tool (a field of their own missing, or fields
+    /// of two branches of a flattened enum), though each value given may be right.
+    NotAWholeCall,
+}
+
+/// Two errors are equal when a model reads them alike: the [`Mark`] is left out.
+impl PartialEq for ToolError {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.code, &self.message, self.retryable, &self.suggestion)
+            == (&other.code, &other.message, other.retryable, &other.suggestion)
+    }
 }
 
 impl ToolError {
@@ -131,6 +155,7 @@ impl ToolError {
             message: message.into(),
             retryable: false,
             suggestion: None,
+            mark: Mark::None,
         }
     }
 
@@ -146,6 +171,9 @@ impl ToolError {
     /// What the model should do next, in words it can act on.
     pub fn with_suggestion(mut self, suggestion: impl Into<String>) -> Self {
         self.suggestion = Some(suggestion.into());
+        if self.mark == Mark::UnfittedSuggestion {
+            self.mark = Mark::None;
+        }
         self
     }
 
@@ -155,6 +183,7 @@ impl ToolError {
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
         ToolError::new(ErrorCode::OutcomeUnknown, message)
             .with_suggestion(crate::texts::OUTCOME_UNKNOWN_SUGGESTION)
+            .with_mark(Mark::UnfittedSuggestion)
     }
 
     /// The error code, for example `"CONFLICT"`.
@@ -204,6 +233,15 @@ impl ToolError {
         ToolError::new(ErrorCode::InvalidArguments, message)
             .with_retryable(true)
             .with_suggestion(suggestion)
+    }
+
+    pub(crate) fn with_mark(mut self, mark: Mark) -> Self {
+        self.mark = mark;
+        self
+    }
+
+    pub(crate) fn mark(&self) -> Mark {
+        self.mark
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {

@@ -8,6 +8,7 @@ use schemars::SchemaGenerator;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::error::Mark;
 use crate::{texts, ToolError};
 
 mod names;
@@ -15,7 +16,6 @@ mod nested;
 mod tracked;
 
 pub use names::struct_fields;
-pub(crate) use names::DOES_NOT_GO_WITH;
 pub(crate) use nested::Nested;
 
 /// The canonical schema of `T`: JSON Schema 2020-12 as schemars derives it, without the root
@@ -103,9 +103,13 @@ pub fn parse_flattened_args<A: DeserializeOwned>(
     let names = flattened
         .names
         .get_or_init(|| names::Names::of(&(flattened.schema)(), &(flattened.extra)()));
-    let refusal = |problem: String| {
-        let field = field_in(&problem);
-        texts::invalid_arguments(tool, ".", &problem, field.as_deref(), None)
+    let refusal = |refused: names::Refused| {
+        let field = field_in(&refused);
+        let err = texts::invalid_arguments(tool, ".", &refused, field.as_deref(), None);
+        match refused.not_whole {
+            true => err.with_mark(Mark::NotAWholeCall),
+            false => err,
+        }
     };
     names.check_args(object).map_err(refusal)?;
     let parsed = parse_args(tool, args, flattened.schema)?;
@@ -281,7 +285,14 @@ fn invalid_arguments(
     let expected = field
         .as_deref()
         .and_then(|field| describe(&schema(), field));
-    texts::invalid_arguments(tool, &path, &inner, field.as_deref(), expected.as_deref())
+    // serde says a field is missing only in words: a field of the arguments' own missing makes
+    // them no whole call (one missing inside a value given is that value refused).
+    let not_whole = path == "." && inner.starts_with("missing field `");
+    let err = texts::invalid_arguments(tool, &path, &inner, field.as_deref(), expected.as_deref());
+    match not_whole {
+        true => err.with_mark(Mark::NotAWholeCall),
+        false => err,
+    }
 }
 
 /// True when `value` holds a float with no fractional part that an integer type could hold.

@@ -14,6 +14,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::story::Story;
+use crate::error::Mark;
 use crate::{ErrorCode, ToolError};
 
 /// The names a text about one call uses: the tool's, and its status companion's when it has one
@@ -430,7 +431,7 @@ pub(crate) const OUTCOME_UNKNOWN_SUGGESTION: &str =
 /// none; for a tool whose repetition changes nothing more (`read_only`, `natural`), that calling
 /// again is safe. A suggestion the tool wrote itself is kept.
 pub(crate) fn fit_unknown(err: ToolError, def: Named<'_>, story: Story) -> ToolError {
-    if !err.is(ErrorCode::OutcomeUnknown) || err.suggestion() != Some(OUTCOME_UNKNOWN_SUGGESTION) {
+    if err.mark() != Mark::UnfittedSuggestion {
         return err;
     }
     let tool = def.tool;
@@ -741,22 +742,6 @@ pub(crate) fn task_unreadable(problem: &str) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Status companions
-
-/// True when `err` is `tool`'s refusal of arguments that are no whole call, though each value
-/// given may be right: a field of their own they lack (serde's "missing field", at the top: a
-/// field missing inside a value they give is a value refused), or fields of two branches of a
-/// flattened enum, each a field of some call but not of one call.
-pub(crate) fn is_not_a_whole_call(tool: &str, err: &ToolError) -> bool {
-    err.is(ErrorCode::InvalidArguments)
-        && err
-            .message()
-            .strip_prefix(&invalid_arguments_prefix(tool))
-            .is_some_and(|problem| {
-                problem.starts_with("missing field `")
-                    || (problem.starts_with("field `")
-                        && problem.contains(crate::schema::DOES_NOT_GO_WITH))
-            })
-}
 
 /// A status answer's note when the arguments gave fields beside the key but not a whole call
 /// (`err`: the target's refusal, naming what is missing), so the record was checked against

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::admin::Admin;
 use crate::context::StateMap;
+use crate::error::Mark;
 use crate::exec::{Approver, Executor, ToolOutput};
 use crate::lease::ShutdownReport;
 use crate::observe::{self, ToolTelemetry};
@@ -613,7 +614,7 @@ impl Toolbox {
                         };
                         match attempt {
                             Ok(call) => call,
-                            Err(err) if more && texts::is_not_a_whole_call(target, &err) => {
+                            Err(err) if more && err.mark() == Mark::NotAWholeCall => {
                                 note = Some(texts::status_partial_call(target, &err));
                                 None
                             }

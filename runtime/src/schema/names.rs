@@ -11,9 +11,47 @@ use std::collections::BTreeSet;
 use serde::de::{self, Visitor};
 use serde_json::{Map, Value};
 
-/// What follows the field's name in the refusal of a field of one branch beside another's: the
-/// status companion reads it as fields that are no whole call, not as a value refused.
-pub(crate) const DOES_NOT_GO_WITH: &str = "` does not go with the other fields given";
+/// What follows the field's name in the refusal of a field of one branch beside another's.
+pub(super) const DOES_NOT_GO_WITH: &str = "` does not go with the other fields given";
+
+/// A refusal of the names given, in serde's words, and whether it says they are no whole call
+/// (a field of one branch beside another's, a branch's field missing) rather than that a name or
+/// value is wrong: the status companion then checks the key alone.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Refused {
+    problem: String,
+    pub(super) not_whole: bool,
+}
+
+impl Refused {
+    fn wrong(problem: String) -> Refused {
+        Refused {
+            problem,
+            not_whole: false,
+        }
+    }
+
+    fn not_whole(problem: String) -> Refused {
+        Refused {
+            problem,
+            not_whole: true,
+        }
+    }
+}
+
+impl std::ops::Deref for Refused {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.problem
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.problem)
+    }
+}
 
 /// The names an object schema takes.
 #[derive(Default, Debug)]
@@ -144,9 +182,10 @@ impl Names {
             names: given.collect(),
             args: None,
         })
+        .map_err(|refused| refused.problem)
     }
 
-    fn check_given(&self, given: &Given<'_>) -> Result<(), String> {
+    fn check_given(&self, given: &Given<'_>) -> Result<(), Refused> {
         if self.open {
             return Ok(());
         }
@@ -160,7 +199,7 @@ impl Names {
     /// enum's `method`) must hold one branch's value. serde reads a tag as a variant's name or
     /// its index, so `"method": 1` would be a refund to the second branch, which the schema
     /// does not say.
-    pub(super) fn check_args(&self, args: &Map<String, Value>) -> Result<(), String> {
+    pub(super) fn check_args(&self, args: &Map<String, Value>) -> Result<(), Refused> {
         for group in &self.choices {
             let tags = group.first().map(|b| b.tags.as_slice()).unwrap_or_default();
             for (tag, _) in tags {
@@ -170,10 +209,10 @@ impl Names {
                 match args.get(tag) {
                     Some(value) if !taken.contains(&value) => {
                         let listed: Vec<String> = taken.iter().map(|v| v.to_string()).collect();
-                        return Err(format!(
+                        return Err(Refused::wrong(format!(
                             "field `{tag}` holds {value}, which no form of the arguments takes: expected one of {}",
                             listed.join(", ")
-                        ));
+                        )));
                     }
                     _ => {}
                 }
@@ -191,7 +230,7 @@ impl Names {
     /// flattened `Option` is a compile error, and one behind a type alias does not build; one
     /// inside a flattened struct is out of sight of both, but its schema (`anyOf` of the enum
     /// and `{}`) is not.
-    pub(super) fn check_whole(&self, args: &Map<String, Value>) -> Result<(), String> {
+    pub(super) fn check_whole(&self, args: &Map<String, Value>) -> Result<(), Refused> {
         self.check_whole_given(&Given {
             names: args.keys().map(String::as_str).collect(),
             args: Some(args),
@@ -200,7 +239,7 @@ impl Names {
 
     /// [`check_whole`](Self::check_whole), where a name this schema's own properties take
     /// (another parameter's, a flattened struct's) touches no branch: it was given for them.
-    fn check_whole_given(&self, given: &Given<'_>) -> Result<(), String> {
+    fn check_whole_given(&self, given: &Given<'_>) -> Result<(), Refused> {
         for group in &self.choices {
             let touches = |branch: &Names| branch.takes_given(given, &self.fixed);
             if !group.iter().any(touches) {
@@ -219,7 +258,7 @@ impl Names {
             else {
                 continue;
             };
-            return Err(format!("missing field `{name}`"));
+            return Err(Refused::not_whole(format!("missing field `{name}`")));
         }
         Ok(())
     }
@@ -236,7 +275,7 @@ impl Names {
         (self.required.iter()).find(|name| !given.names.contains(name.as_str()))
     }
 
-    fn check_rest(&self, rest: Vec<&str>, given: &Given<'_>) -> Result<(), String> {
+    fn check_rest(&self, rest: Vec<&str>, given: &Given<'_>) -> Result<(), Refused> {
         let groups: Vec<&[Names]> = self.choices.iter().map(Vec::as_slice).collect();
         let (left, taken) = left(rest, &groups, given);
         let Some(name) = left.first() else {
@@ -245,15 +284,15 @@ impl Names {
         let mut known = BTreeSet::new();
         self.all(&mut known);
         if !known.contains(*name) {
-            return Err(format!(
+            return Err(Refused::wrong(format!(
                 "unknown field `{name}`, expected one of {}",
                 listed(&self.fixed, known.iter())
-            ));
+            )));
         }
-        Err(format!(
+        Err(Refused::not_whole(format!(
             "field `{name}{DOES_NOT_GO_WITH}: with them, expected only {}",
             listed(&self.fixed, taken.iter())
-        ))
+        )))
     }
 }
 
