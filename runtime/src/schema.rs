@@ -14,6 +14,7 @@ use crate::{texts, ToolError};
 mod names;
 mod nested;
 mod tracked;
+pub(crate) mod walk;
 
 pub use names::struct_fields;
 pub(crate) use nested::Nested;
@@ -53,7 +54,7 @@ pub fn schema_for_flattened<T: schemars::JsonSchema>() -> Value {
 /// the companion's, that each may be given or left out.
 pub fn status_schema_for_flattened<T: schemars::JsonSchema>() -> Value {
     let mut schema = schema_for::<T>();
-    let lifted = crate::export::lift(&schema, &schema);
+    let lifted = walk::lift(&schema, &schema);
     if let Value::Object(root) = &mut schema {
         root.shift_remove("description");
         for keyword in ["allOf", "anyOf", "oneOf", "properties"] {
@@ -128,8 +129,8 @@ fn canonical(mut schema: Value) -> Value {
     if let Value::Object(root) = &mut schema {
         root.shift_remove("title");
     }
-    crate::export::merge_refs_beside_properties(&mut schema);
-    crate::export::close_objects(&mut schema);
+    walk::merge_refs_beside_properties(&mut schema);
+    walk::close_objects(&mut schema);
     schema
 }
 

@@ -745,7 +745,7 @@ fn untagged_union<'a>(
         if path.contains(&reference) {
             return None;
         }
-        let target = crate::export::resolve(schema, whole)?;
+        let target = crate::schema::walk::resolve(schema, whole)?;
         path.push(reference);
         let found = (["allOf", "anyOf", "oneOf"].iter())
             .filter_map(|keyword| target.get(*keyword)?.as_array())
@@ -856,7 +856,7 @@ pub(crate) struct FlattenedRead<'a> {
 
 impl<'a> FlattenedRead<'a> {
     fn of(name: &'a str, takes: &'static [&'static str], schema: Value) -> Self {
-        let lifted = crate::export::lift(&schema, &schema);
+        let lifted = crate::schema::walk::lift(&schema, &schema);
         let open = lifted.open.is_some() || schema.get("patternProperties").is_some();
         FlattenedRead {
             name,
@@ -877,7 +877,7 @@ impl<'a> FlattenedRead<'a> {
             .filter(|(keyword, _)| ["allOf", "anyOf", "oneOf"].contains(&keyword.as_str()))
             .map(|(keyword, branches)| (keyword.clone(), branches.clone()))
             .collect();
-        let branches = crate::export::lift(&Value::Object(unions), &self.schema);
+        let branches = crate::schema::walk::lift(&Value::Object(unions), &self.schema);
         own.keys()
             .find(|name| branches.properties.contains_key(*name))
             .cloned()
@@ -899,16 +899,16 @@ fn externally_tagged(schema: &Value) -> bool {
 
 /// The branches of a union lifted into one object each, those that take no field left out
 /// (a unit variant's string, the `{}` beside a flattened `Option`'s).
-fn fielded_branches(branches: &[Value], whole: &Value) -> Vec<crate::export::Lifted> {
+fn fielded_branches(branches: &[Value], whole: &Value) -> Vec<crate::schema::walk::Lifted> {
     (branches.iter())
-        .map(|branch| crate::export::lift(branch, whole))
+        .map(|branch| crate::schema::walk::lift(branch, whole))
         .filter(|lifted| !lifted.properties.is_empty())
         .collect()
 }
 
 /// True when each branch takes exactly one field, no two the same: an externally tagged
 /// enum's, each variant's name.
-fn one_field_of_its_own_each(branches: &[crate::export::Lifted]) -> bool {
+fn one_field_of_its_own_each(branches: &[crate::schema::walk::Lifted]) -> bool {
     let mut seen: Vec<&String> = Vec::new();
     branches.iter().all(|branch| {
         let mut keys = branch.properties.keys();

@@ -456,7 +456,7 @@ impl<'s> Reader<'s> {
             if objectish {
                 return vec![Form::Any];
             }
-            return match crate::export::def_name(name) {
+            return match super::walk::def_name(name) {
                 Some(name) => vec![Form::Ref(self.def_shape(name, depth - 1))],
                 None => vec![Form::Any],
             };
@@ -533,7 +533,7 @@ impl<'s> Reader<'s> {
 /// The definition named by a schema that is a `$ref` and nothing that changes what it takes.
 fn only_ref(schema: &Value) -> Option<String> {
     let map = schema.as_object()?;
-    let name = crate::export::def_name(map.get("$ref")?.as_str()?)?;
+    let name = super::walk::def_name(map.get("$ref")?.as_str()?)?;
     let words = ["description", "title", "default", "examples", "deprecated"];
     map.keys()
         .all(|k| k == "$ref" || words.contains(&k.as_str()))

@@ -267,7 +267,7 @@ fn in_branches<'a>(
         .filter_map(|k| schema.get(k)?.as_array())
         .flatten();
     for branch in branches.filter(|_| depth > 0) {
-        let Some(resolved) = crate::export::resolve(branch, whole) else {
+        let Some(resolved) = crate::schema::walk::resolve(branch, whole) else {
             continue;
         };
         if let Some(property) = resolved.get("properties").and_then(|p| p.get(name)) {
