@@ -139,11 +139,16 @@ pub(crate) enum Mark {
     NotAWholeCall,
 }
 
-/// Two errors are equal when a model reads them alike: the [`Mark`] is left out.
+/// Two errors are equal when a model reads them alike: the mark is left out.
 impl PartialEq for ToolError {
     fn eq(&self, other: &Self) -> bool {
         (&self.code, &self.message, self.retryable, &self.suggestion)
-            == (&other.code, &other.message, other.retryable, &other.suggestion)
+            == (
+                &other.code,
+                &other.message,
+                other.retryable,
+                &other.suggestion,
+            )
     }
 }
 
@@ -175,15 +180,6 @@ impl ToolError {
             self.mark = Mark::None;
         }
         self
-    }
-
-    /// The body could not tell whether its effect happened (the request went out, the reply was
-    /// lost). The key is kept as *unknown*: the next call asks the tool's `recover` hook, and
-    /// without one answers `OUTCOME_UNKNOWN`.
-    pub fn outcome_unknown(message: impl Into<String>) -> Self {
-        ToolError::new(ErrorCode::OutcomeUnknown, message)
-            .with_suggestion(crate::texts::OUTCOME_UNKNOWN_SUGGESTION)
-            .with_mark(Mark::UnfittedSuggestion)
     }
 
     /// The error code, for example `"CONFLICT"`.

@@ -5,46 +5,72 @@
 //! Users depend on the `toolkey` crate, which re-exports this one.
 #![warn(missing_docs)]
 
-// The modules in layers, each using only those listed before it (doc links aside), so a
-// maintainer can read the runtime from the bottom up:
-//
-// - vocabulary: `story`; `error` and `texts` (every text a model reads; the two use each other,
-//   `ToolError::outcome_unknown` taking its default suggestion from `texts`); `key`,
-//   `fingerprint`, `stats`; `store` (the trait, the record judgement, the stores); `observe`
-//   (the spans and metrics of calls, steps and store operations)
-// - holding a reservation: `lease` (renewal, the ending writes, `drive` and `settle`), then
-//   `once` (`ctx.once` steps, held the same way)
-// - what a call carries: `context` (`ToolContext`, state), `tool` (the `Tool` trait, definitions,
-//   prepared calls), and beside them `export` and `schema` (a definition's schemas)
-// - `exec`: runs one call of a tool, keyed or not, given its definition, store, state and context,
-//   within its retry limit and concurrency limit
-// - `admin`: operators' listings and resolutions on a store
-// - `toolbox`: registers tools and dispatches calls by name to the executor
-// - `providers`: provider tool calls in and results out, through a toolbox; `adapters`: the same
-//   for agent frameworks and client crates (rig, async-openai)
-// - `__private`: what the `#[tool]` expansion calls
-pub mod adapters;
-pub mod admin;
-mod context;
-mod error;
-mod exec;
-mod export;
-mod fingerprint;
-mod key;
-mod lease;
-pub mod observe;
-mod once;
-pub mod providers;
-mod schema;
-mod stats;
-pub mod store;
+// The modules, declared from the bottom up: each uses only itself and those declared before it,
+// so the runtime reads from the bottom up and no two modules need each other. `tests/layers.rs`
+// checks it, reading each use by the module that defines the name, not by the re-exports below.
+
+// What a tool's story is.
 mod story;
-#[cfg(feature = "testing")]
-pub mod testing;
+
+// The error type and its codes.
+mod error;
+
+// Every text a model or operator reads, and the constructors that carry them.
 mod texts;
+
+// Idempotency keys: key parts, the injective encoding, normalization.
+mod key;
+
+// Fingerprints: canonical JSON and its hash.
+mod fingerprint;
+
+// The executor's counters.
+mod stats;
+
+// The store trait, the record judgement, the stores.
+pub mod store;
+
+// The spans and metrics of calls, steps and store operations.
+pub mod observe;
+
+// Holding a reservation: renewal, the ending writes, `drive` and `settle`.
+mod lease;
+
+// `ctx.once` steps, held as a call is.
+mod once;
+
+// What a call carries: `ToolContext`, state.
+mod context;
+
+// Argument parsing and schema walking.
+mod schema;
+
+// The `Tool` trait, definitions, prepared calls.
 mod tool;
+
+// A definition's schema in each API's dialect.
+mod export;
+
+// Runs one call of a tool, keyed or not, within its limits.
+mod exec;
+
+// Operators' listings and resolutions on a store.
+pub mod admin;
+
+// Registers tools and dispatches calls by name to the executor.
 mod toolbox;
 
+// Provider tool calls in and results out, through a toolbox.
+pub mod providers;
+
+// The same for agent frameworks and client crates (rig, async-openai).
+pub mod adapters;
+
+// The retry-safety kit.
+#[cfg(feature = "testing")]
+pub mod testing;
+
+// What the `#[tool]` expansion calls.
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

@@ -18,7 +18,15 @@ use tracing::Instrument;
 use crate::lease::{drive, recordable, settle, unreserve, Holder, Recorder, What};
 use crate::observe::{self, Happened, StoreOp};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
-use crate::{texts, Fingerprint, IdempotencyKey, ToolDefinition, ToolError};
+use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
+
+/// How a call's steps are held: leased and retained as the call is.
+pub(crate) struct Terms {
+    pub(crate) lease: Duration,
+    pub(crate) retain: Duration,
+    /// The call is keyed on its place in the run (`<ctx.step>`).
+    pub(crate) per_call: bool,
+}
 
 /// What a keyed call gives its context for `ctx.once` steps: the store, and the parent call's
 /// key and fingerprint, to which every step is bound.
@@ -52,15 +60,15 @@ pub(crate) struct OnceScope {
 }
 
 impl OnceScope {
-    /// The scope of one keyed call of `def`'s tool (`tool`: its name as the toolbox shares
-    /// it), holding `key` with `fingerprint`; its steps are leased and retained as the call is.
+    /// The scope of one keyed call of tool `tool` (its name as the toolbox shares it), holding
+    /// `key` with `fingerprint`; its steps are held on `terms`.
     pub(crate) fn new(
-        def: &ToolDefinition,
         tool: Arc<str>,
         store: Arc<dyn Store>,
         recorder: Arc<Recorder>,
         key: IdempotencyKey,
         fingerprint: Fingerprint,
+        terms: Terms,
     ) -> OnceScope {
         OnceScope {
             tool,
@@ -68,11 +76,11 @@ impl OnceScope {
             recorder,
             key,
             fingerprint,
-            lease: def.settings.lease,
-            retain: def.settings.retain,
+            lease: terms.lease,
+            retain: terms.retain,
             recovered_not_found: AtomicBool::new(false),
             release_parent: AtomicBool::new(false),
-            per_call: def.key_follows_step(),
+            per_call: terms.per_call,
             used: Mutex::default(),
             acted: AtomicBool::new(false),
         }

@@ -13,8 +13,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::story::Story;
 use crate::error::Mark;
+use crate::story::Story;
 use crate::{ErrorCode, ToolError};
 
 /// The names a text about one call uses: the tool's, and its status companion's when it has one
@@ -422,9 +422,20 @@ pub(crate) fn outcome_unknown(def: Named<'_>, since: SystemTime, reported: bool)
     .with_suggestion(format!("do not repeat the action; {check}"))
 }
 
-/// The suggestion of [`ToolError::outcome_unknown`].
-pub(crate) const OUTCOME_UNKNOWN_SUGGESTION: &str =
-    "do not repeat the action; check its status, or ask a person to look in the outside system";
+// A constructor with toolkey's own words: defined here, beside the words, so that `error` (the
+// type) needs nothing of `texts`.
+impl ToolError {
+    /// The body could not tell whether its effect happened (the request went out, the reply was
+    /// lost). The key is kept as *unknown*: the next call asks the tool's `recover` hook, and
+    /// without one answers `OUTCOME_UNKNOWN`.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        ToolError::new(ErrorCode::OutcomeUnknown, message)
+            .with_suggestion(
+                "do not repeat the action; check its status, or ask a person to look in the outside system",
+            )
+            .with_mark(Mark::UnfittedSuggestion)
+    }
+}
 
 /// `err` with the suggestion every [`ToolError::outcome_unknown`] starts with (a body's own, a
 /// panic's) fitted to the tool that answered: the status tool it has, or a person when it has

@@ -19,7 +19,7 @@ use crate::lease::{
     Write,
 };
 use crate::observe::{self, Happened, StoreOp};
-use crate::once::OnceScope;
+use crate::once::{OnceScope, Terms};
 use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
 use crate::texts;
 use crate::tool::{Call, Invocation, Recover};
@@ -47,13 +47,18 @@ pub(super) async fn run(
     let store = exec.store.clone();
     let recorder = exec.recorder.clone();
     // The scope of the call's steps holds its key, lent from there for logs.
+    let terms = Terms {
+        lease: settings.lease,
+        retain: settings.retain,
+        per_call: def.key_follows_step(),
+    };
     let scope = Arc::new(OnceScope::new(
-        def,
         tool,
         store.clone(),
         recorder.clone(),
         key,
         fingerprint,
+        terms,
     ));
     let key = scope.key();
     let log_key = key.for_logs();

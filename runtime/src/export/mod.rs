@@ -27,7 +27,6 @@ pub(crate) mod openai;
 
 /// What the profiles share with argument parsing: the schema walkers.
 use crate::schema::walk::{
-    accepts_null, for_each_child_mut, inline_refs, is_null_schema, is_object, lift,
-    merge_all_of, prune_defs, required, resolve, strip_null, without_top_level_unions, Inline,
-    Object,
+    accepts_null, for_each_child_mut, inline_refs, is_null_schema, is_object, lift, merge_all_of,
+    prune_defs, required, resolve, strip_null, without_top_level_unions, Inline, Object,
 };

@@ -287,7 +287,11 @@ pub(crate) fn lift(schema: &Value, whole: &Value) -> Lifted {
 
 /// [`lift`], below the references in `path` (each followed once on a path: a recursive type
 /// adds nothing the first reading did not).
-pub(crate) fn lift_below<'a>(schema: &'a Value, whole: &'a Value, path: &mut Vec<&'a str>) -> Lifted {
+pub(crate) fn lift_below<'a>(
+    schema: &'a Value,
+    whole: &'a Value,
+    path: &mut Vec<&'a str>,
+) -> Lifted {
     let mut lifted = Lifted {
         properties: Object::new(),
         required: Vec::new(),
