@@ -54,6 +54,9 @@ mod export;
 // Runs one call of a tool, keyed or not, within its limits.
 mod exec;
 
+// What a status companion answers.
+mod status;
+
 // Operators' listings and resolutions on a store.
 pub mod admin;
 

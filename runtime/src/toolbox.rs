@@ -11,15 +11,15 @@ use serde_json::Value;
 
 use crate::admin::Admin;
 use crate::context::StateMap;
-use crate::error::Mark;
 use crate::exec::{Approver, Executor, ToolOutput};
 use crate::lease::ShutdownReport;
 use crate::observe::{self, ToolTelemetry};
 use crate::stats::Stats;
+use crate::status::Companion;
 use crate::store::{MemoryStore, RecordKey, Store};
 use crate::story::Story;
 use crate::texts;
-use crate::tool::{KeyFn, RetryLimit, Tool, ToolDefinition, DEFAULT_RETRY_LIMIT};
+use crate::tool::{RetryLimit, Tool, ToolDefinition, DEFAULT_RETRY_LIMIT};
 use crate::{Fingerprint, ToolContext, ToolError};
 
 /// How long `shutdown` waits for outcomes the store did not take at once, unless set.
@@ -124,51 +124,10 @@ struct Registered {
     telemetry: Arc<ToolTelemetry>,
 }
 
-/// A status companion: its definition, the tool it reports on, how it derives that tool's key,
-/// and what its spans and metrics are named by.
-struct StatusEntry {
-    definition: ToolDefinition,
-    target: String,
-    key: KeyFn,
-    telemetry: Arc<ToolTelemetry>,
-    /// The names a status call may give without naming a call of the target: the key's fields,
-    /// the companion's required ones and the ignored fields, each by all its names. A call that
-    /// gives any other name is checked as a whole call of the target.
-    key_names: Vec<String>,
-    /// The target has arguments its fingerprint covers beside `key_names`: without them, any
-    /// status call is a whole call.
-    checks_more: bool,
-}
-
-/// The names a status call of `companion` may give without naming a call of `target` (see
-/// [`StatusEntry::key_names`]).
-fn key_names(target: &ToolDefinition, companion: &ToolDefinition) -> Vec<String> {
-    let required = companion.input_schema["required"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|name| name.as_str().map(str::to_owned));
-    let fields: Vec<String> = required
-        .chain(target.key_arguments())
-        .chain(target.ignored_arguments.iter().cloned())
-        .collect();
-    fields
-        .iter()
-        .flat_map(|name| target.names_of(name).map(str::to_owned))
-        .collect()
-}
-
-/// True when `target` has an argument its fingerprint covers beside `key_names`: a field by
-/// which two calls under one key differ.
-/// Such a field may also be one of a flattened enum's branch, or any key of a flattened map.
-fn checks_more(target: &ToolDefinition, key_names: &[String]) -> bool {
-    crate::schema::takes_other_names(&target.input_schema, key_names)
-}
-
 enum Entry {
     Tool(Registered),
     // Boxed: a definition is large, and most entries are tools.
-    Status(Box<StatusEntry>),
+    Status(Box<Companion>),
 }
 
 struct Inner {
@@ -380,15 +339,8 @@ impl ToolboxBuilder {
                 unkeyed.push(definition.name.clone());
             }
             if let Some(companion) = tool.status_companion() {
-                let key_names = key_names(&definition, &companion.definition);
-                let status = StatusEntry {
-                    telemetry: ToolTelemetry::new(&companion.definition.name),
-                    checks_more: checks_more(&definition, &key_names),
-                    key_names,
-                    definition: companion.definition.clone(),
-                    target: definition.name.clone(),
-                    key: companion.key,
-                };
+                let status =
+                    Companion::new(&definition, companion.definition.clone(), companion.key);
                 add(
                     companion.definition.name.clone(),
                     Entry::Status(Box::new(status)),
@@ -454,7 +406,7 @@ impl Toolbox {
     pub fn definition(&self, name: &str) -> Option<&ToolDefinition> {
         match self.inner.entries.get(name)? {
             Entry::Tool(registered) => Some(&*registered.definition),
-            Entry::Status(status) => Some(&status.definition),
+            Entry::Status(status) => Some(status.definition()),
         }
     }
 
@@ -506,7 +458,7 @@ impl Toolbox {
                     .cloned()
                     .ok_or_else(|| texts::no_record_key(tool))?
             }
-            Some(Entry::Status(status)) => (status.key)(args, ctx)?,
+            Some(Entry::Status(status)) => status.key(args, ctx)?,
             None => return Err(self.unknown_tool(tool)),
         };
         Ok(RecordKey::new(ctx.scope(), key.as_str()))
@@ -562,72 +514,13 @@ impl Toolbox {
                     .map_err(|err| texts::fit_unknown(err, definition.named(), definition.story()))
             }
             Some(Entry::Status(status)) => {
-                let StatusEntry {
-                    target,
-                    key,
-                    telemetry,
-                    key_names,
-                    checks_more,
-                    ..
-                } = &**status;
-                // Arguments that make a whole call of the target give its key and fingerprint,
-                // which the record is checked against: a record another action left under the
-                // key is not these arguments' outcome. Arguments that name only the key cannot
-                // be checked, even when the target's other arguments all have defaults: the
-                // call asked about may have given them. Arguments that give another field but
-                // lack one a call needs are answered by key too, their note saying what is
-                // missing: the schema lets them leave it out, and the record cannot be checked.
-                // Arguments the companion itself refuses are refused, whatever the target would
-                // make of them.
-                let gives_more = |args: &Value| {
-                    args.as_object()
-                        .is_some_and(|fields| fields.keys().any(|name| !key_names.contains(name)))
-                };
-                let more = gives_more(&args);
-                // The companion's own reading, once: the key answered by, or its refusal.
-                let by_key = key(args.clone(), ctx);
-                let mut note = None;
-                let whole = match self.inner.entries.get(target.as_str()) {
-                    Some(Entry::Tool(registered)) if (more || !checks_more) && by_key.is_ok() => {
-                        let prepare = |args: &Value| {
-                            registered.definition.prepare(&*registered.tool, args, ctx)
-                        };
-                        let attempt = match prepare(&args) {
-                            Ok(call) => Ok(Some(call)),
-                            Err(err) if !more => Err(err),
-                            // A `null` the target refuses is a field not given, as the
-                            // companion's schema (every field beside the key optional) has it.
-                            Err(err) => {
-                                let mut given = args.clone();
-                                if let Some(fields) = given.as_object_mut() {
-                                    fields.retain(|_, value| !value.is_null());
-                                }
-                                if given == args {
-                                    Err(err)
-                                } else if gives_more(&given) {
-                                    prepare(&given).map(Some)
-                                } else {
-                                    // Nothing beside the key but `null`s: the key alone.
-                                    Ok(None)
-                                }
-                            }
-                        };
-                        match attempt {
-                            Ok(call) => call,
-                            Err(err) if more && err.mark() == Mark::NotAWholeCall => {
-                                note = Some(texts::status_partial_call(target, &err));
-                                None
-                            }
-                            // A value the target refuses: its refusal, naming the field.
-                            Err(err) if more => return Err(err),
-                            Err(_) => None,
-                        }
+                let target = match self.inner.entries.get(status.target()) {
+                    Some(Entry::Tool(registered)) => {
+                        Some((&*registered.tool, &*registered.definition))
                     }
                     _ => None,
                 };
-                let exec = &self.inner.exec;
-                exec.status(telemetry, target, by_key, whole, note, ctx)
-                    .await
+                status.answer(&self.inner.exec, target, args, ctx).await
             }
             None => Err(self.unknown_tool(name)),
         }
@@ -699,45 +592,4 @@ fn check_templates(definitions: &[ToolDefinition]) -> Result<(), BuildError> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// A key field's name stays a key name when another field claims it as an alias (serde
-    /// reads it as the key field): a status call giving only the key names no call.
-    #[test]
-    fn a_key_fields_name_is_a_key_name_whatever_else_claims_it() {
-        let schema =
-            json!({"properties": {"order_id": {}, "reference": {}, "cents": {}, "memo": {}}});
-        let target = ToolDefinition::new("refund", "", schema, Story::Idempotent)
-            .with_key_template("refund:<order_id>")
-            .with_ignored_argument("memo")
-            .with_argument_alias("reference", "order_id")
-            .with_argument_alias("memo", "note");
-        let companion = ToolDefinition::new(
-            "refund_status",
-            "",
-            json!({"required": ["order_id"]}),
-            Story::ReadOnly,
-        );
-        let names = key_names(&target, &companion);
-        for name in ["order_id", "memo", "note"] {
-            assert!(names.iter().any(|n| n == name), "{name}: {names:?}");
-        }
-        for name in ["reference", "cents"] {
-            assert!(!names.iter().any(|n| n == name), "{name}: {names:?}");
-        }
-        assert!(checks_more(&target, &names));
-        let bare = ToolDefinition::new(
-            "close",
-            "",
-            json!({"properties": {"order_id": {}}}),
-            Story::Idempotent,
-        )
-        .with_key_template("close:<order_id>");
-        assert!(!checks_more(&bare, &key_names(&bare, &companion)));
-    }
 }

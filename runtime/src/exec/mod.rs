@@ -36,17 +36,17 @@ use std::time::Duration;
 
 use crate::context::StateMap;
 use crate::lease::{panicked, Recorder, ShutdownReport, What};
-use crate::observe::{self, Observed, StoreOp, ToolTelemetry};
+use crate::observe::{self, Observed, ToolTelemetry};
 use crate::stats::{Counters, Stats};
-use crate::store::{Outcome, Record, RecordKey, RecordKeyRef, Store, StoreError};
+use crate::store::{Record, RecordKey, RecordKeyRef, Store};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{Call, Invocation, Tool, ToolDefinition};
-use crate::{Fingerprint, IdempotencyKey, ToolContext, ToolError};
+use crate::{ToolContext, ToolError};
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use limits::{Limit, Limits, Slot, Tally};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -141,7 +141,12 @@ impl Executor {
     }
 
     /// Opens the span of one call of `tool` (see [`observe`]).
-    fn observe(&self, tool: &Arc<ToolTelemetry>, story: Story, ctx: &ToolContext) -> Observed {
+    pub(crate) fn observe(
+        &self,
+        tool: &Arc<ToolTelemetry>,
+        story: Story,
+        ctx: &ToolContext,
+    ) -> Observed {
         let tenant = ctx.tenant().filter(|_| self.telemetry.tenant);
         Observed::start(tool, story, ctx.call_id(), tenant)
     }
@@ -485,93 +490,6 @@ impl Executor {
             }),
             Err(panic) => Err(panicked(What::Tool(&def.name), "body", panic)),
         }
-    }
-
-    /// A status companion's answer: what the store holds, in the caller's tenant, for the key
-    /// of `args`. `status` names the companion, `target` its tool, for the spans and logs.
-    /// `whole` is the call of `target` that `args` make, when they make one: its key and
-    /// fingerprint are checked against the record. Otherwise `by_key`, the key the companion
-    /// read from the arguments (or its refusal of them), is answered for alone, with `note` (or
-    /// the key-only note) saying so.
-    pub(crate) async fn status(
-        &self,
-        status: &Arc<ToolTelemetry>,
-        target: &str,
-        by_key: Result<IdempotencyKey, ToolError>,
-        whole: Option<Call>,
-        note: Option<String>,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let observed = self.observe(status, Story::ReadOnly, ctx);
-        let keyed = match whole.and_then(|call| Some((call.key?, call.fingerprint?))) {
-            Some((key, fingerprint)) => Ok((key, Some(fingerprint))),
-            None => by_key.map(|key| (key, None)),
-        };
-        let answer = match keyed {
-            Ok((key, fingerprint)) => {
-                let read = self.read_status(status.name(), target, &key, fingerprint, note, ctx);
-                observed.scope(read).await
-            }
-            Err(err) => Err(err),
-        };
-        observed.finish(answer.as_ref().map(|out| out.replayed));
-        answer
-    }
-
-    async fn read_status(
-        &self,
-        status: &str,
-        target: &str,
-        key: &IdempotencyKey,
-        fingerprint: Option<Fingerprint>,
-        note: Option<String>,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutput, ToolError> {
-        observe::key(key.as_str());
-        let rkey = RecordKey::new(ctx.scope(), key.as_str());
-        let record = observe::store(StoreOp::Get, self.store.get(&rkey))
-            .await
-            .map_err(StoreError::refusal)?;
-        let time = |t| humantime::format_rfc3339_millis(t).to_string();
-        if let (Some(record), Some(fingerprint)) = (&record, &fingerprint) {
-            if record.fingerprint() != fingerprint {
-                tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered: another action's record");
-                return Ok(ToolOutput {
-                    value: json!({"status": "conflict", "detail": texts::status_conflict(target)}),
-                    replayed: false,
-                });
-            }
-        }
-        let found = record.is_some();
-        let mut value = match record {
-            None => json!({"status": "not_found", "detail": texts::status_not_found(target)}),
-            Some(Record::InProgress { since, .. }) => {
-                json!({"status": "in_progress", "since": time(since)})
-            }
-            Some(Record::Stale { since, .. }) => json!({"status": "unknown", "since": time(since)}),
-            Some(Record::Completed {
-                outcome: Outcome::Ok(result),
-                completed_at,
-                ..
-            }) => {
-                json!({"status": "completed", "result": result, "completed_at": time(completed_at)})
-            }
-            Some(Record::Completed {
-                outcome: Outcome::Err(err),
-                completed_at,
-                ..
-            }) => {
-                json!({"status": "failed", "error": err.to_json()["error"], "completed_at": time(completed_at)})
-            }
-        };
-        if found && fingerprint.is_none() {
-            value["note"] = json!(note.unwrap_or_else(|| texts::status_key_only(target)));
-        }
-        tracing::debug!(tool = %status, target = %target, key = %key.for_logs(), "status answered");
-        Ok(ToolOutput {
-            value,
-            replayed: false,
-        })
     }
 
     /// Waits for every body still running, then up to the shutdown grace for the outcomes the
