@@ -5,9 +5,40 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 mod key;
+mod status;
 
 use crate::tool::attr::RetryLimit;
 use crate::tool::model::{Param, ParamKind, Story, Tool};
+
+/// The tool being expanded, and the names every piece of its expansion uses.
+struct Expansion<'a> {
+    tool: &'a Tool,
+    /// `<crate>::__private`: every runtime name goes through it, so `crate = ".."` reaches all.
+    tk: TokenStream,
+    /// The same paths as the strings serde's and schemars' `crate = ".."` attributes take.
+    serde_path: String,
+    schemars_path: String,
+    /// A parameter is `#[serde(flatten)]`: the arguments are derived open (see `args`).
+    flattened: bool,
+    /// `<Output as IntoToolResult>`, spanned at the return type: both uses of the return type
+    /// name it so, and a type that is no tool result gets one error, on the user's return type.
+    as_result: TokenStream,
+}
+
+impl<'a> Expansion<'a> {
+    fn new(tool: &'a Tool, output: &syn::Type) -> Self {
+        let krate = &tool.krate;
+        let tk = quote!(#krate::__private);
+        Expansion {
+            tool,
+            serde_path: format!("{}", quote!(#tk::serde)).replace(' ', ""),
+            schemars_path: format!("{}", quote!(#tk::schemars)).replace(' ', ""),
+            flattened: tool.model_params().any(|p| p.serde_flatten()),
+            as_result: quote_spanned!(output.span()=> <#output as #tk::IntoToolResult>),
+            tk,
+        }
+    }
+}
 
 /// On error: the user's fn and the struct, so uses of either do not cascade into more errors.
 /// A fn with a `self` receiver sits in an `impl`, where a struct cannot go: the fn alone then.
@@ -26,15 +57,16 @@ pub fn fallback(tool: &Tool) -> TokenStream {
 }
 
 pub fn expand(tool: &Tool) -> TokenStream {
-    let krate = &tool.krate;
-    let tk = quote!(#krate::__private);
+    let Some(output) = tool.output.as_ref() else {
+        return fallback(tool); // reported by `check`: a tool returns `Result`
+    };
+    let e = Expansion::new(tool, output);
+    let (tk, serde_path, schemars_path) = (&e.tk, &e.serde_path, &e.schemars_path);
     let func = &tool.func;
     let vis = &func.vis;
     let fn_ident = &func.sig.ident;
     let ident = &tool.struct_ident;
     let name = &tool.name;
-    let serde_path = format!("{}", quote!(#tk::serde)).replace(' ', "");
-    let schemars_path = format!("{}", quote!(#tk::schemars)).replace(' ', "");
 
     let fields = tool.model_params().map(|p| {
         let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
@@ -43,7 +75,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
     // serde cannot refuse unknown fields beside a flattened map or enum: it would refuse their
     // keys and tags too. Such arguments are derived open, and their names are checked against
     // the schema by the runtime (`__FLATTENED`), with every alias, the flattened structs' too.
-    let flattened = tool.model_params().any(|p| p.serde_flatten());
+    let flattened = e.flattened;
     let (deny, flattened_names) = if flattened {
         let aliases = tool.model_params().flat_map(|p| p.aliases());
         let flat_types = tool
@@ -86,12 +118,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
     let parse_args = parse(quote!(__args));
     let parse_raw = parse(quote!(&__raw));
 
-    let Some(output) = tool.output.as_ref() else {
-        return fallback(tool); // reported by `check`: a tool returns `Result`
-    };
-    // Both uses of the return type name it as `<Output as IntoToolResult>`, spanned at the
-    // return type: a type that is no tool result gets one error, on the user's return type.
-    let as_result = quote_spanned!(output.span()=> <#output as #tk::IntoToolResult>);
+    let as_result = &e.as_result;
     let state_needs = tool.params.iter().filter_map(|p| match &p.kind {
         ParamKind::State(inner) => Some(quote!(.with_need(#tk::StateNeed::of::<#inner>()))),
         _ => None,
@@ -340,95 +367,10 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 })?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
-            let companion = keyed.status.as_ref().map(|(status, _)| {
-                let key_params: Vec<&Param> =
-                    template.params().filter_map(|n| tool.param(n)).collect();
-                if let Some(plain) = plain_status(tool, &key_params, status, name, &tk) {
-                    return plain;
-                }
-                // The companion takes its target's whole argument set, so "call the status tool
-                // with the same arguments" works as written: the key fields as the target has
-                // them, every other field accepted whatever it holds and said so (the toolbox
-                // checks a whole call's arguments against the record's fingerprint).
-                let ignored_doc = format!(" Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.", status = status);
-                let fields = tool.model_params().map(|p| {
-                    let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
-                    if key_params.iter().any(|k| k.ident == p.ident) {
-                        return quote!(#(#docs)* #(#forwarded)* #ident: #ty);
-                    }
-                    if p.serde_flatten() {
-                        // Its fields sit beside the others in the call's arguments: taken as the
-                        // target takes them, or none at all, never refused as unknown.
-                        return quote! {
-                            #(#docs)*
-                            #[serde(flatten)]
-                            #[allow(dead_code)]
-                            #ident: ::core::option::Option<#ty>
-                        };
-                    }
-                    // Read by the names the target reads it by, and nothing else of its serde
-                    // attributes: its own `default` would be a second one.
-                    let json = p.json_name();
-                    let rename = (json != p.field_name()).then(|| quote!(#[serde(rename = #json)]));
-                    let aliases = p.aliases();
-                    let schema_type = format!("::core::option::Option<{}>", quote!(#ty));
-                    quote! {
-                        #(#docs)*
-                        #[doc = ""]
-                        #[doc = #ignored_doc]
-                        #rename
-                        #(#[serde(alias = #aliases)])*
-                        #[serde(default)]
-                        #[schemars(with = #schema_type)]
-                        #[allow(dead_code)]
-                        #ident: ::core::option::Option<#tk::Ignored>
-                    }
-                });
-                let args = key_params.iter().map(|p| {
-                    let ident = &p.ident;
-                    quote!(&__s.#ident)
-                });
-                // Open beside a flattened field, as the target's arguments are, and checked the
-                // same way against its own schema.
-                let (deny, schema, parse, names) = if flattened {
-                    (
-                        quote!(),
-                        quote!(#tk::status_schema_for_flattened::<__StatusArgs>),
-                        quote!(#tk::parse_flattened_args(#status, &__args, &__STATUS_FLATTENED)),
-                        quote! {
-                            static __STATUS_FLATTENED: #tk::FlattenedArgs = #tk::FlattenedArgs::new(
-                                #tk::status_schema_for_flattened::<__StatusArgs>,
-                                __extra_names,
-                            );
-                        },
-                    )
-                } else {
-                    (
-                        quote!(, deny_unknown_fields),
-                        quote!(#tk::schema_for::<__StatusArgs>),
-                        quote!(#tk::parse_args(#status, &__args, #tk::schema_for::<__StatusArgs>)),
-                        quote!(),
-                    )
-                };
-                quote! {
-                    fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
-                        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-                        #[serde(crate = #serde_path #deny)]
-                        #[schemars(crate = #schemars_path)]
-                        struct __StatusArgs { #(#fields,)* }
-                        #names
-                        ::core::option::Option::Some(#tk::status_companion(
-                            #name,
-                            #status,
-                            #schema(),
-                            #tk::std::boxed::Box::new(|__args, __ctx| {
-                                let __s: __StatusArgs = #parse?;
-                                __key(__ctx, #(#args),*)
-                            }),
-                        ))
-                    }
-                }
-            });
+            let companion = keyed
+                .status
+                .as_ref()
+                .map(|(status, _)| status::companion(&e, template, status));
             (quote!(#key_fn #fp_struct), prepare, quote!(#companion))
         }
     };
@@ -484,68 +426,10 @@ pub fn expand(tool: &Tool) -> TokenStream {
     }
 }
 
-/// The status companion of a tool whose fields carry no serde or schemars attribute (but
-/// `#[serde(default)]` on a field outside the key, which the companion ignores anyway) and whose
-/// docs are plain text: its schema is built from the target's, and its arguments are read field
-/// by field, so no arguments struct of its own is derived and compiled for every keyed tool.
-/// `None` when a field's attributes or docs need the derived struct (`status_companion` above).
-fn plain_status(
-    tool: &Tool,
-    key_params: &[&Param],
-    status: &str,
-    name: &str,
-    tk: &TokenStream,
-) -> Option<TokenStream> {
-    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
-    let plain = |p: &Param| match is_key(p) {
-        true => p.forwarded.is_empty(),
-        false => only_defaults(p),
-    };
-    if !tool.model_params().all(plain) {
-        return None;
-    }
-    let note = format!("Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.");
-    let mut ignored = Vec::new();
-    for p in tool.model_params().filter(|p| !is_key(p)) {
-        // The docs as the derived struct's field has them: the field's, an empty line, the note.
-        let mut lines = doc_lines(&p.docs)?;
-        lines.push(String::new());
-        lines.push(note.clone());
-        let (title, description) = title_and_description(&lines);
-        let (field, ty) = (p.field_name(), &p.ty);
-        ignored.push(quote! {
-            #tk::IgnoredField {
-                name: #field,
-                nullable: #tk::nullable_schema::<#ty>,
-                title: #title,
-                description: #description,
-            }
-        });
-    }
-    let fields = tool.model_params().map(Param::field_name);
-    let keys = key_params.iter().map(|p| {
-        let (field, ty) = (p.field_name(), &p.ty);
-        quote!(&__s.key::<#ty>(#field)?)
-    });
-    Some(quote! {
-        fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
-            ::core::option::Option::Some(#tk::status_companion(
-                #name,
-                #status,
-                #tk::status_schema(#tk::schema_for::<__Args>(), #tk::prime_generator::<__Args>, &[#(#ignored),*]),
-                #tk::std::boxed::Box::new(|__args, __ctx| {
-                    let __s = #tk::StatusArgs::new(#status, &__args, &[#(#fields),*], #tk::schema_for::<__Args>)?;
-                    __key(__ctx, #(#keys),*)
-                }),
-            ))
-        }
-    })
-}
-
 /// True when every attribute forwarded to the field's schema is `#[serde(default)]` or
 /// `#[serde(default = "path")]`: the field keeps its name and its type's schema, and is only no
 /// longer required.
-fn only_defaults(p: &Param) -> bool {
+pub(super) fn only_defaults(p: &Param) -> bool {
     p.forwarded.iter().all(|attr| {
         attr.path().is_ident("serde")
             && attr
@@ -560,43 +444,6 @@ fn only_defaults(p: &Param) -> bool {
                 })
                 .is_ok()
     })
-}
-
-/// Doc comment lines as schemars' derive reads them (one leading space dropped), or `None` when
-/// one is not a string literal.
-fn doc_lines(docs: &[syn::Attribute]) -> Option<Vec<String>> {
-    docs.iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .map(|a| match &a.meta.require_name_value().ok()?.value {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(text),
-                ..
-            }) => {
-                let text = text.value();
-                Some(text.strip_prefix(' ').map(str::to_string).unwrap_or(text))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The title and description schemars makes of doc lines: joined by new lines and trimmed; a
-/// first line that starts with `#` is the title.
-fn title_and_description(lines: &[String]) -> (String, String) {
-    let doc = lines.join("\n");
-    let doc = doc.trim_matches(|c: char| c.is_ascii_whitespace());
-    match doc.strip_prefix('#') {
-        Some(_) => {
-            let end = doc.find('\n').unwrap_or(doc.len());
-            let title = doc[..end].trim_start_matches('#');
-            let trim = |s: &str| {
-                s.trim_matches(|c: char| c.is_ascii_whitespace())
-                    .to_string()
-            };
-            (trim(title), trim(&doc[end..]))
-        }
-        None => (String::new(), doc.to_string()),
-    }
 }
 
 fn story_tokens(tk: &TokenStream, story: &Story) -> TokenStream {
