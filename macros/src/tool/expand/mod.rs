@@ -4,6 +4,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
+mod fingerprint;
 mod key;
 mod status;
 
@@ -285,7 +286,6 @@ pub fn expand(tool: &Tool) -> TokenStream {
         ),
         Some((keyed, template)) => {
             let key_fn = key::key_fn(tool, keyed, template, &tk);
-            let plain_fields = tool.model_params().all(only_defaults);
             let key_args: Vec<TokenStream> = template
                 .params()
                 // An unknown placeholder was reported by `check`.
@@ -295,53 +295,8 @@ pub fn expand(tool: &Tool) -> TokenStream {
                     quote!(&__a.#ident)
                 })
                 .collect();
-            // Key fields are left out: the normalized key already names them, and " ACME " and
-            // "acme" are one customer, not a conflict.
-            let key_fields: Vec<&str> = template.params().collect();
-            let fp_fields: Vec<&Param> = tool
-                .model_params()
-                .filter(|p| p.ignore.is_none() && !key_fields.iter().any(|k| p.field_name() == *k))
-                .collect();
-            let fp_idents: Vec<&Ident> = fp_fields.iter().map(|p| &p.ident).collect();
-            let fp_types = fp_fields.iter().map(|p| &p.ty);
-            // A `#[schemars(with = ..)]` a parameter needs for its schema, it needs here too.
-            let fp_schemars = fp_fields.iter().map(|p| {
-                let attrs = p.forwarded.iter().filter(|a| a.path().is_ident("schemars"));
-                quote!(#(#attrs)*)
-            });
-            // The fields go into the hash in the byte order of their names, the canonical
-            // object's order, each through a function generic over its type alone.
-            let mut fp_sorted: Vec<(String, &Ident)> = fp_fields
-                .iter()
-                .map(|p| (p.field_name(), &p.ident))
-                .collect();
-            fp_sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            let fp_adds = fp_sorted
-                .iter()
-                .map(|(name, ident)| quote!(__f.field(#name, &__a.#ident);));
-            // The fingerprint's own schema says which arrays are sets, whose order is no part
-            // of the action; it is derived once per process.
-            // Where no field carries a serde or schemars attribute (but `#[serde(default)]`,
-            // which changes no field's name or type), each field's schema in the arguments'
-            // own schema is the one it would have here, under the same name: that schema
-            // serves, and no struct is derived for it.
-            let fp_struct = if plain_fields {
-                quote! {
-                    static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                        #tk::FingerprintSchema::new(#name, #tk::schema_for::<__Args>);
-                }
-            } else {
-                quote! {
-                    #[derive(#tk::schemars::JsonSchema)]
-                    #[schemars(crate = #schemars_path)]
-                    #[allow(dead_code)]
-                    struct __Fingerprint {
-                        #(#fp_schemars #fp_idents: #fp_types,)*
-                    }
-                    static __FINGERPRINT_SCHEMA: #tk::FingerprintSchema =
-                        #tk::FingerprintSchema::new(#name, #tk::schema_for::<__Fingerprint>);
-                }
-            };
+            let fp_struct = fingerprint::schema(&e, template);
+            let fingerprint = fingerprint::value(&e, template);
             let (keep_raw, with_recover) = match &keyed.recover {
                 Some(recover) => (
                     quote!(let __raw = __args.clone();),
@@ -360,11 +315,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                 #keep_raw
                 let __a: __Args = #parse_args?;
                 let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #tk::fingerprint({
-                    let mut __f = #tk::FingerprintFields::new(&__FINGERPRINT_SCHEMA);
-                    #(#fp_adds)*
-                    __f
-                })?;
+                let __fp = #fingerprint?;
                 ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
             };
             let companion = keyed
