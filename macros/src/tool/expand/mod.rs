@@ -4,6 +4,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
+mod args;
 mod fingerprint;
 mod key;
 mod status;
@@ -62,62 +63,18 @@ pub fn expand(tool: &Tool) -> TokenStream {
         return fallback(tool); // reported by `check`: a tool returns `Result`
     };
     let e = Expansion::new(tool, output);
-    let (tk, serde_path, schemars_path) = (&e.tk, &e.serde_path, &e.schemars_path);
+    let tk = &e.tk;
     let func = &tool.func;
     let vis = &func.vis;
     let fn_ident = &func.sig.ident;
     let ident = &tool.struct_ident;
     let name = &tool.name;
 
-    let fields = tool.model_params().map(|p| {
-        let (ident, ty, docs, forwarded) = (&p.ident, &p.ty, &p.docs, &p.forwarded);
-        quote!(#(#docs)* #(#forwarded)* #ident: #ty)
-    });
-    // serde cannot refuse unknown fields beside a flattened map or enum: it would refuse their
-    // keys and tags too. Such arguments are derived open, and their names are checked against
-    // the schema by the runtime (`__FLATTENED`), with every alias, the flattened structs' too.
     let flattened = e.flattened;
-    let (deny, flattened_names) = if flattened {
-        let aliases = tool.model_params().flat_map(|p| p.aliases());
-        let flat_types = tool
-            .model_params()
-            .filter(|p| p.serde_flatten())
-            .map(|p| &p.ty);
-        let names = quote! {
-            fn __extra_names() -> #tk::std::vec::Vec<&'static str> {
-                let mut __names: #tk::std::vec::Vec<&'static str> = #tk::std::vec![#(#aliases),*];
-                #(__names.extend_from_slice(#tk::struct_fields::<#flat_types>());)*
-                __names
-            }
-            static __FLATTENED: #tk::FlattenedArgs =
-                #tk::FlattenedArgs::new(#tk::schema_for_flattened::<__Args>, __extra_names);
-        };
-        (quote!(), names)
-    } else {
-        (quote!(, deny_unknown_fields), quote!())
-    };
-    let args_struct = quote! {
-        #[derive(#tk::serde::Deserialize, #tk::schemars::JsonSchema)]
-        #[serde(crate = #serde_path #deny)]
-        #[schemars(crate = #schemars_path)]
-        #[allow(non_camel_case_types)]
-        struct __Args { #(#fields,)* }
-        #flattened_names
-    };
-    let args_schema = if flattened {
-        quote!(#tk::schema_for_flattened::<__Args>)
-    } else {
-        quote!(#tk::schema_for::<__Args>)
-    };
-    let parse = |args: TokenStream| {
-        if flattened {
-            quote!(#tk::parse_flattened_args(#name, #args, &__FLATTENED))
-        } else {
-            quote!(#tk::parse_args(#name, #args, #tk::schema_for::<__Args>))
-        }
-    };
-    let parse_args = parse(quote!(__args));
-    let parse_raw = parse(quote!(&__raw));
+    let args_struct = args::args_struct(&e);
+    let args_schema = args::schema(&e);
+    let parse_args = args::parse(&e, quote!(__args));
+    let parse_raw = args::parse(&e, quote!(&__raw));
 
     let as_result = &e.as_result;
     let state_needs = tool.params.iter().filter_map(|p| match &p.kind {
