@@ -1,12 +1,13 @@
 //! The generated code. `quote!` only: every decision was made in `model` and `check`.
 
-use proc_macro2::{Ident, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 mod args;
 mod fingerprint;
 mod key;
+mod prepare;
 mod status;
 
 use crate::tool::attr::RetryLimit;
@@ -73,8 +74,6 @@ pub fn expand(tool: &Tool) -> TokenStream {
     let flattened = e.flattened;
     let args_struct = args::args_struct(&e);
     let args_schema = args::schema(&e);
-    let parse_args = args::parse(&e, quote!(__args));
-    let parse_raw = args::parse(&e, quote!(&__raw));
 
     let as_result = &e.as_result;
     let state_needs = tool.params.iter().filter_map(|p| match &p.kind {
@@ -164,124 +163,20 @@ pub fn expand(tool: &Tool) -> TokenStream {
         }
     });
 
-    let states: Vec<(Ident, &syn::Type)> = tool
-        .params
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| match &p.kind {
-            ParamKind::State(inner) => Some((format_ident!("__state{}", i), &**inner)),
-            _ => None,
-        })
-        .collect();
-    let take_states = states
-        .iter()
-        .map(|(var, ty)| quote!(let #var = __inv.state::<#ty>()?;));
-    let call_args: Vec<TokenStream> = tool
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| match &p.kind {
-            ParamKind::State(_) => {
-                let var = format_ident!("__state{}", i);
-                quote!(#var)
-            }
-            ParamKind::Context => quote!(&__ctx),
-            ParamKind::Model => {
-                let ident = &p.ident;
-                quote!(__a.#ident)
-            }
-        })
-        .collect();
-    let take_states_again = take_states.clone();
-    let call_args_again = call_args.clone();
-
-    // The body runs in a task of its own: its future must be `Send`. Checked at the call, spanned
-    // at the fn, so the one error names the fn rather than the generated code.
-    let user_future = quote_spanned! {func.sig.fn_token.span=>
-        #tk::send_future(#fn_ident(#(#call_args),*))
-    };
-    // A body that borrows no context is the fn's own future, mapped by a function generic over
-    // it: no async block of its own for every tool. One that borrows the context owns it in
-    // an async block.
-    let takes_context = tool
-        .params
-        .iter()
-        .any(|p| matches!(p.kind, ParamKind::Context));
-    let body = if takes_context {
-        quote! {
-            #tk::body(move |__inv: #tk::Invocation| async move {
-                #(#take_states)*
-                let __ctx = __inv.into_context();
-                #as_result::into_tool_result(#user_future.await)
-            })
-        }
-    } else {
-        quote! {
-            #tk::body_of(
-                move |__inv: #tk::Invocation| {
-                    #(#take_states)*
-                    ::core::result::Result::Ok(#user_future)
-                },
-                #as_result::into_tool_result,
-            )
-        }
-    };
-
     // An `idempotent` tool whose template is missing was reported by `check` and never gets here.
     let keyed = tool
         .keyed()
         .and_then(|k| k.template.as_ref().map(|t| (k, t)));
-    let (key_items, prepare, companion) = match keyed {
-        None => (
-            quote!(),
-            quote! {
-                let __a: __Args = #parse_args?;
-                let _ = __ctx;
-                ::core::result::Result::Ok(#tk::Call::unkeyed(#body))
-            },
-            quote!(),
-        ),
-        Some((keyed, template)) => {
-            let key_fn = key::key_fn(tool, keyed, template, &tk);
-            let key_args: Vec<TokenStream> = template
-                .params()
-                // An unknown placeholder was reported by `check`.
-                .filter_map(|name| tool.param(name))
-                .map(|param| {
-                    let ident = &param.ident;
-                    quote!(&__a.#ident)
-                })
-                .collect();
-            let fp_struct = fingerprint::schema(&e, template);
-            let fingerprint = fingerprint::value(&e, template);
-            let (keep_raw, with_recover) = match &keyed.recover {
-                Some(recover) => (
-                    quote!(let __raw = __args.clone();),
-                    quote! {
-                        .with_recover(#tk::recover(move |__inv: #tk::Invocation| async move {
-                            let __a: __Args = #parse_raw?;
-                            #(#take_states_again)*
-                            let __ctx = __inv.into_context();
-                            #tk::IntoRecovered::into_recovered(#recover(#(#call_args_again),*).await)
-                        }))
-                    },
-                ),
-                None => (quote!(), quote!()),
-            };
-            let prepare = quote! {
-                #keep_raw
-                let __a: __Args = #parse_args?;
-                let __key = __key(__ctx, #(#key_args),*)?;
-                let __fp = #fingerprint?;
-                ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
-            };
-            let companion = keyed
-                .status
-                .as_ref()
-                .map(|(status, _)| status::companion(&e, template, status));
-            (quote!(#key_fn #fp_struct), prepare, quote!(#companion))
-        }
-    };
+    let key_items = keyed.map(|(keyed, template)| {
+        let key_fn = key::key_fn(tool, keyed, template, tk);
+        let fingerprint = fingerprint::schema(&e, template);
+        quote!(#key_fn #fingerprint)
+    });
+    let prepare = prepare::prepare(&e, keyed);
+    let companion = keyed.and_then(|(keyed, template)| {
+        let (status, _) = keyed.status.as_ref()?;
+        Some(status::companion(&e, template, status))
+    });
 
     let doc = format!(" The `{name}` tool, generated by `#[tool]` from `{fn_ident}`: add it to a toolbox with `.tool({ident})`.");
     quote! {
@@ -320,13 +215,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
                         #(#state_needs)*
                 }
 
-                fn prepare(
-                    &self,
-                    __args: &#tk::serde_json::Value,
-                    __ctx: &#tk::ToolContext,
-                ) -> ::core::result::Result<#tk::Call, #tk::ToolError> {
-                    #prepare
-                }
+                #prepare
 
                 #companion
             }
