@@ -3,13 +3,15 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
+use super::Expansion;
 use crate::tool::key::{Piece, Template};
-use crate::tool::model::{Keyed, Param, Tool};
+use crate::tool::model::{Keyed, Param};
 
 /// `fn __key(ctx, &customer, &period) -> Result<IdempotencyKey, ToolError>`. Each field goes in
 /// as `KeyBuilder::part::<Type>(..)`: the type written in turbofish keeps the user's span, so a
 /// type that is no `KeyPart` is reported once, on the parameter's type.
-pub fn key_fn(tool: &Tool, keyed: &Keyed, template: &Template, tk: &TokenStream) -> TokenStream {
+pub fn key_fn(e: &Expansion, keyed: &Keyed, template: &Template) -> TokenStream {
+    let (tk, tool) = (&e.tk, e.tool);
     let prefix = template.prefix();
     let specials = template.specials();
     let builder = if keyed.hash {

@@ -91,7 +91,7 @@ pub fn expand(tool: &Tool) -> TokenStream {
 
     let args_struct = args::args_struct(&e);
     let key_items = keyed.map(|(keyed, template)| {
-        let key_fn = key::key_fn(tool, keyed, template, tk);
+        let key_fn = key::key_fn(&e, keyed, template);
         let fingerprint = fingerprint::schema(&e, template);
         quote!(#key_fn #fingerprint)
     });
