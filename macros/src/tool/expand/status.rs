@@ -8,19 +8,75 @@ use super::{only_defaults, Expansion};
 use crate::tool::key::Template;
 use crate::tool::model::Param;
 
+/// The companion takes its target's whole argument set, so "call the status tool with the same
+/// arguments" works as written: the key fields as the target has them, every other field
+/// accepted whatever it holds and said so (the toolbox checks a whole call's arguments against
+/// the record's fingerprint). Plain where the target's fields allow it, derived otherwise.
 pub fn companion(e: &Expansion, template: &Template, status: &str) -> TokenStream {
     let key_params: Vec<&Param> = template.params().filter_map(|n| e.tool.param(n)).collect();
     plain(e, &key_params, status).unwrap_or_else(|| derived(e, &key_params, status))
 }
 
-/// The companion takes its target's whole argument set, so "call the status tool with the same
-/// arguments" works as written: the key fields as the target has them, every other field
-/// accepted whatever it holds and said so (the toolbox checks a whole call's arguments against
-/// the record's fingerprint).
+/// The status companion of a tool whose fields carry no serde or schemars attribute (but
+/// `#[serde(default)]` on a field outside the key, which the companion ignores anyway) and whose
+/// docs are plain text: its schema is built from the target's, and its arguments are read field
+/// by field, so no arguments struct of its own is derived and compiled for every keyed tool.
+/// `None` when a field's attributes or docs need the derived struct (`derived` below).
+fn plain(e: &Expansion, key_params: &[&Param], status: &str) -> Option<TokenStream> {
+    let (tool, tk, name) = (e.tool, &e.tk, &e.tool.name);
+    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
+    let plain = |p: &Param| match is_key(p) {
+        true => p.forwarded.is_empty(),
+        false => only_defaults(p),
+    };
+    if !tool.model_params().all(plain) {
+        return None;
+    }
+    let note = ignored_note(status, name);
+    let mut ignored = Vec::new();
+    for p in tool.model_params().filter(|p| !is_key(p)) {
+        // The docs as the derived struct's field has them: the field's, an empty line, the note.
+        let mut lines = doc_lines(&p.docs)?;
+        lines.push(String::new());
+        lines.push(note.clone());
+        let (title, description) = title_and_description(&lines);
+        let (field, ty) = (p.field_name(), &p.ty);
+        ignored.push(quote! {
+            #tk::IgnoredField {
+                name: #field,
+                nullable: #tk::nullable_schema::<#ty>,
+                title: #title,
+                description: #description,
+            }
+        });
+    }
+    let fields = tool.model_params().map(Param::field_name);
+    let keys = key_params.iter().map(|p| {
+        let (field, ty) = (p.field_name(), &p.ty);
+        quote!(&__s.key::<#ty>(#field)?)
+    });
+    Some(quote! {
+        fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
+            ::core::option::Option::Some(#tk::status_companion(
+                #name,
+                #status,
+                #tk::status_schema(#tk::schema_for::<__Args>(), #tk::prime_generator::<__Args>, &[#(#ignored),*]),
+                #tk::std::boxed::Box::new(|__args, __ctx| {
+                    let __s = #tk::StatusArgs::new(#status, &__args, &[#(#fields),*], #tk::schema_for::<__Args>)?;
+                    __key(__ctx, #(#keys),*)
+                }),
+            ))
+        }
+    })
+}
+
+/// The companion through a derived `__StatusArgs`, whose fields carry their attributes and docs
+/// as the target's have them.
 fn derived(e: &Expansion, key_params: &[&Param], status: &str) -> TokenStream {
     let (tk, name) = (&e.tk, &e.tool.name);
     let (serde_path, schemars_path) = (&e.serde_path, &e.schemars_path);
-    let ignored_doc = format!(" Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.", status = status);
+    // A doc line as `///` writes it: with its leading space.
+    let ignored_doc = format!(" {}", ignored_note(status, name));
     let fields = e
         .tool
         .model_params()
@@ -112,57 +168,9 @@ fn derived_field(
     }
 }
 
-/// The status companion of a tool whose fields carry no serde or schemars attribute (but
-/// `#[serde(default)]` on a field outside the key, which the companion ignores anyway) and whose
-/// docs are plain text: its schema is built from the target's, and its arguments are read field
-/// by field, so no arguments struct of its own is derived and compiled for every keyed tool.
-/// `None` when a field's attributes or docs need the derived struct (`derived` above).
-fn plain(e: &Expansion, key_params: &[&Param], status: &str) -> Option<TokenStream> {
-    let (tool, tk, name) = (e.tool, &e.tk, &e.tool.name);
-    let is_key = |p: &Param| key_params.iter().any(|k| k.ident == p.ident);
-    let plain = |p: &Param| match is_key(p) {
-        true => p.forwarded.is_empty(),
-        false => only_defaults(p),
-    };
-    if !tool.model_params().all(plain) {
-        return None;
-    }
-    let note = format!("Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.");
-    let mut ignored = Vec::new();
-    for p in tool.model_params().filter(|p| !is_key(p)) {
-        // The docs as the derived struct's field has them: the field's, an empty line, the note.
-        let mut lines = doc_lines(&p.docs)?;
-        lines.push(String::new());
-        lines.push(note.clone());
-        let (title, description) = title_and_description(&lines);
-        let (field, ty) = (p.field_name(), &p.ty);
-        ignored.push(quote! {
-            #tk::IgnoredField {
-                name: #field,
-                nullable: #tk::nullable_schema::<#ty>,
-                title: #title,
-                description: #description,
-            }
-        });
-    }
-    let fields = tool.model_params().map(Param::field_name);
-    let keys = key_params.iter().map(|p| {
-        let (field, ty) = (p.field_name(), &p.ty);
-        quote!(&__s.key::<#ty>(#field)?)
-    });
-    Some(quote! {
-        fn status_companion(&self) -> ::core::option::Option<#tk::StatusCompanion> {
-            ::core::option::Option::Some(#tk::status_companion(
-                #name,
-                #status,
-                #tk::status_schema(#tk::schema_for::<__Args>(), #tk::prime_generator::<__Args>, &[#(#ignored),*]),
-                #tk::std::boxed::Box::new(|__args, __ctx| {
-                    let __s = #tk::StatusArgs::new(#status, &__args, &[#(#fields),*], #tk::schema_for::<__Args>)?;
-                    __key(__ctx, #(#keys),*)
-                }),
-            ))
-        }
-    })
+/// What the companion's schema says of each field outside the key.
+fn ignored_note(status: &str, name: &str) -> String {
+    format!("Not part of `{status}`'s key: accepted so that the arguments of a `{name}` call can be passed as they are; given all of them, `{status}` checks that the key's record is that call's.")
 }
 
 /// Doc comment lines as schemars' derive reads them (one leading space dropped), or `None` when
