@@ -277,9 +277,10 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
                     } else {
                         writeln!(
                             out,
-                            "no record (tenant {:?}, key {:?}); {failures} failures counted in \
+                            "no record (tenant {}, key {}); {failures} failures counted in \
                              the current retry-limit window",
-                            key.tenant, key.key
+                            word(&key.tenant),
+                            word(&key.key)
                         )?;
                     }
                     return Ok(Exit::NotFound);
@@ -461,12 +462,12 @@ fn write_list(out: &mut dyn Write, entries: &[Entry], now: SystemTime) -> std::i
     let mut table = table(["TENANT", "KEY", "TOOL", "STATE", "RESERVED", "REVISION"]);
     for e in entries {
         table.add_row([
-            e.key.tenant.clone(),
-            e.key.key.clone(),
+            word(&e.key.tenant),
+            word(&e.key.key),
             tool_name(e.tool.as_deref()),
             e.state.to_string(),
             ago(now, e.since),
-            e.revision.to_string(),
+            word(e.revision.as_str()),
         ]);
     }
     writeln!(out, "{table}")?;
@@ -477,8 +478,8 @@ fn write_list(out: &mut dyn Write, entries: &[Entry], now: SystemTime) -> std::i
 }
 
 fn write_entry(out: &mut dyn Write, e: &Entry, now: SystemTime) -> std::io::Result<()> {
-    writeln!(out, "tenant:      {:?}", e.key.tenant)?;
-    writeln!(out, "key:         {}", e.key.key)?;
+    writeln!(out, "tenant:      {}", word(&e.key.tenant))?;
+    writeln!(out, "key:         {}", word(&e.key.key))?;
     writeln!(out, "tool:        {}", tool_name(e.tool.as_deref()))?;
     writeln!(out, "state:       {} ({})", e.state, why(e))?;
     writeln!(
@@ -499,15 +500,49 @@ fn write_entry(out: &mut dyn Write, e: &Entry, now: SystemTime) -> std::io::Resu
     if let Some(outcome) = &e.outcome {
         writeln!(out, "outcome:     {}", outcome_json(outcome))?;
     }
-    writeln!(out, "revision:    {}", e.revision)?;
+    writeln!(out, "revision:    {}", word(e.revision.as_str()))?;
     if e.state == EntryState::Unknown {
-        writeln!(
-            out,
-            "\nCheck the outside system, then:\n  toolkey resolve --tenant {:?} --key {:?} --revision {} --done --result '<what the tool returned>'\n  toolkey resolve --tenant {:?} --key {:?} --revision {} --not-done",
-            e.key.tenant, e.key.key, e.revision, e.key.tenant, e.key.key, e.revision
-        )?;
+        match resolve_line(e) {
+            Some(line) => writeln!(
+                out,
+                "\nCheck the outside system, then:\n  {line} --done --result '<what the tool returned>'\n  {line} --not-done"
+            )?,
+            None => writeln!(
+                out,
+                "\nCheck the outside system, then resolve it from a program (`toolkey::admin::Admin`): \
+                 its tenant or key holds a NUL byte, which no command line can carry"
+            )?,
+        }
     }
     Ok(())
+}
+
+/// `value` as one POSIX shell word: pasted into a shell, it is that word exactly, whatever it
+/// holds (`$(..)`, quotes, backslashes, newlines); a value a shell cannot carry (a NUL byte) is
+/// shown in Rust's quoting instead and is never part of a line to paste.
+pub fn word(value: &str) -> String {
+    match shlex::try_quote(value) {
+        Ok(word) => word.into_owned(),
+        Err(_) => format!("{value:?}"),
+    }
+}
+
+/// The `toolkey resolve` line that names exactly the record `e`, without its finding (`--done`
+/// or `--not-done`); `None` when its tenant or key cannot be passed on a command line. Every
+/// value is one shell word joined to its flag (`--key=<word>`), so a value that starts with `-`
+/// is still read as the flag's value.
+pub fn resolve_line(e: &Entry) -> Option<String> {
+    let flag = |name: &str, value: &str| {
+        shlex::try_quote(value)
+            .ok()
+            .map(|word| format!("--{name}={word}"))
+    };
+    Some(format!(
+        "toolkey resolve {} {} {}",
+        flag("tenant", &e.key.tenant)?,
+        flag("key", &e.key.key)?,
+        flag("revision", e.revision.as_str())?
+    ))
 }
 
 fn write_resolved(
@@ -551,7 +586,7 @@ fn write_resolved(
                 Some(e) if e.state == EntryState::Unknown => writeln!(
                     out,
                     "it is unknown under revision {} now: show it again",
-                    e.revision
+                    word(e.revision.as_str())
                 ),
                 Some(e) => writeln!(out, "it is {} now ({})", e.state, why(e)),
             }
