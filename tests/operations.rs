@@ -19,8 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use toolkey::admin::Admin;
-use toolkey::store::{PostgresStore, RedisStore, SqliteStore, Store};
+use toolkey::admin::{Admin, Resolved};
+use toolkey::store::{
+    Outcome, PostgresStore, RecordKey, RedisStore, Resolution, SqliteStore, Store, Token,
+};
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 use toolkey_cli::Exit;
 
@@ -35,6 +37,7 @@ struct Outside {
     dir: PathBuf,
     /// In a child: `act-then-hang` (sends, then hangs before answering) or `hang-before` (hangs
     /// before sending). Either way it writes `marker` first, and is killed while it hangs.
+    /// `act-then-unknown`: sends, then says it cannot tell whether it did.
     mode: Option<String>,
 }
 
@@ -70,6 +73,10 @@ async fn send_invoice(
 ) -> Result<Value, ToolError> {
     match outside.mode.as_deref() {
         Some("act-then-hang") => outside.send(&customer),
+        Some("act-then-unknown") => {
+            outside.send(&customer);
+            return Err(ToolError::outcome_unknown("the gateway's reply was lost"));
+        }
         Some(_) => {}
         None => {
             outside.send(&customer);
@@ -776,4 +783,77 @@ async fn postgres_purge_never_deletes_a_reservation_that_replaced_an_expired_rec
     let first = first.unwrap();
     assert_eq!((first.value, first.replayed), (json!("sent"), false));
     assert_eq!(mailer.sent(), 1);
+}
+
+/// `resolve --done` promises that a retry replays the result given: a retention too short for
+/// that retry to find the record is refused, loudly and changing nothing; one long enough is
+/// kept, and the retry replays (one invoice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_done_refuses_a_retention_the_retry_would_outlive() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("store.db").display());
+    std::fs::File::create(dir.path().join("store.db")).unwrap();
+    let store = open(&url, None).await;
+    let (tenant, key) = ("acme-corp", "invoice:acme:2026-10");
+    let ctx = ToolContext::new("run-5").with_tenant(tenant);
+    let outside = Outside {
+        dir: dir.path().to_path_buf(),
+        mode: None,
+    };
+    let acting = toolbox(store.clone(), dir.path(), Some("act-then-unknown".into()));
+    let first = acting.call("send_invoice", args("acme"), &ctx).await;
+    assert!(
+        matches!(&first, Err(e) if e.is(ErrorCode::OutcomeUnknown)),
+        "{first:?}"
+    );
+    assert_eq!(outside.sent("acme"), 1);
+    let revision = listed_unknown(&url, tenant, key).await["revision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let found = ["--done", "--result", r#"{"invoice": "inv-by-hand"}"#];
+    for retain in ["0s", "1s", "59m"] {
+        let finding = [&found[..], &["--retain", retain]].concat();
+        let (exit, out, err) = resolve(&url, tenant, key, &revision, &finding).await;
+        assert_eq!(exit, Exit::Usage, "--retain {retain}: {out}{err}");
+        assert!(
+            err.contains("nothing was changed") && err.contains("`--retain 1h`"),
+            "{err}"
+        );
+        let entry = listed_unknown(&url, tenant, key).await;
+        assert_eq!(entry["revision"], revision.as_str(), "--retain {retain}");
+    }
+    let admin = Admin::new(store.clone());
+    let too_short = Resolution::Done {
+        outcome: Outcome::Ok(json!({"invoice": "inv-by-hand"})),
+        retain: Duration::from_secs(59),
+    };
+    let record = RecordKey::new(tenant, key);
+    let seen = Token::from_stored(revision.clone());
+    assert_eq!(
+        admin.resolve(&record, &seen, &too_short).await.unwrap(),
+        Resolved::RetainTooShort {
+            retain: Duration::from_secs(59)
+        }
+    );
+    assert_eq!(
+        listed_unknown(&url, tenant, key).await["revision"],
+        revision.as_str()
+    );
+
+    let finding = [&found[..], &["--retain", "1h"]].concat();
+    let (exit, out, err) = resolve(&url, tenant, key, &revision, &finding).await;
+    assert_eq!(exit, Exit::Done, "{out}{err}");
+    assert!(
+        out.contains("a retry within 1h replays the result given"),
+        "{out}"
+    );
+    let retry = toolbox(store, dir.path(), None)
+        .call("send_invoice", args("acme"), &ctx)
+        .await
+        .unwrap();
+    assert!(retry.replayed);
+    assert_eq!(retry.value, json!({"invoice": "inv-by-hand"}));
+    assert_eq!(outside.sent("acme"), 1, "the retry sent the invoice again");
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::{json, Value};
-use toolkey::admin::{Admin, Resolved};
+use toolkey::admin::{Admin, Resolved, MIN_RETAIN};
 use toolkey::store::{
     Entry, EntryState, Filter, Outcome, PostgresStore, RecordKey, RedisStore, Resolution,
     SqliteStore, Store, StoreError, Token, Unreadable,
@@ -143,7 +143,8 @@ struct ResolveArgs {
     /// The result a retry replays, as JSON (what the tool would have returned).
     #[arg(long, value_parser = parse_json)]
     result: Option<Value>,
-    /// How long the resolved record is kept.
+    /// How long a record resolved as done is kept, so that the model's retry replays it: at
+    /// least 1h.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "7d")]
     retain: Duration,
 }
@@ -153,6 +154,18 @@ struct PurgeArgs {
     /// Records deleted per batch; calls are answered between batches.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
+}
+
+/// The refusal of a retention too short for the promise `resolve --done` makes.
+fn retain_too_short(retain: Duration) -> String {
+    format!(
+        "--retain {} would let the record expire before the model's retry comes, and that retry \
+         would do the work again; nothing was changed: keep it at least {} (`--retain {}`), or \
+         leave --retain out to keep it 7 days",
+        humantime::format_duration(retain),
+        humantime::format_duration(MIN_RETAIN),
+        humantime::format_duration(MIN_RETAIN)
+    )
 }
 
 fn parse_json(text: &str) -> Result<Value, String> {
@@ -304,6 +317,9 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
         }
         Command::Resolve(args) => {
             let key = RecordKey::new(args.record.tenant, args.record.key);
+            if args.done && args.retain < MIN_RETAIN {
+                return Err(Failure::Usage(retain_too_short(args.retain)));
+            }
             let resolution = match (args.done, args.result) {
                 (true, Some(result)) => Resolution::Done {
                     outcome: Outcome::Ok(result),
@@ -319,6 +335,7 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
             Ok(match resolved {
                 Resolved::Applied => Exit::Done,
                 Resolved::Refused { .. } => Exit::Refused,
+                Resolved::RetainTooShort { .. } => Exit::Usage,
             })
         }
         Command::Purge(args) => {
@@ -561,9 +578,12 @@ fn write_resolved(
             writeln!(out, "{}", json!({"resolved": asked}))
         }
         Resolved::Applied => match resolution {
-            Resolution::Done { .. } => {
-                writeln!(out, "resolved as done: a retry replays the result given")
-            }
+            Resolution::Done { retain, .. } => writeln!(
+                out,
+                "resolved as done: a retry within {} replays the result given; after that, a \
+                 call runs the tool again",
+                humantime::format_duration(*retain)
+            ),
             Resolution::NotDone => {
                 writeln!(
                     out,
@@ -571,6 +591,9 @@ fn write_resolved(
                 )
             }
         },
+        Resolved::RetainTooShort { retain } => {
+            writeln!(out, "refused: {}", retain_too_short(*retain))
+        }
         Resolved::Refused { now: current } if as_json => writeln!(
             out,
             "{}",

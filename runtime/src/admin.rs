@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::store::{
     Cursor, Entry, EntryState, Filter, RecordKey, Resolution, Store, StoreError, Token, Unreadable,
@@ -53,11 +53,23 @@ impl std::fmt::Debug for Admin {
     }
 }
 
+/// The shortest time [`Admin::resolve`] keeps a record resolved as done. The model's retry comes
+/// after a person answered, minutes or hours later: a record expired by then is absent, and the
+/// retry does the work again, which is what resolving it as done was to prevent.
+pub const MIN_RETAIN: Duration = Duration::from_secs(60 * 60);
+
 /// What [`Admin::resolve`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolved {
     /// The record was resolved as asked.
     Applied,
+    /// Refused before the store was asked, changing nothing: resolved as done, the record would
+    /// be kept only `retain`, less than [`MIN_RETAIN`], and a retry after it expired would do
+    /// the work again. Resolve it with a retention of at least [`MIN_RETAIN`].
+    RetainTooShort {
+        /// The retention asked for.
+        retain: Duration,
+    },
     /// The store refused: the record is not the unknown record that was shown. `now` is what it
     /// is instead (`None`: it is gone); nothing was changed.
     Refused {
@@ -136,13 +148,19 @@ impl Admin {
     }
 
     /// Resolves the unknown record `key` as `resolution`, if it still is the record seen at
-    /// revision `seen` and still unknown; otherwise changes nothing and says what it is now.
+    /// revision `seen` and still unknown; otherwise changes nothing and says what it is now. A
+    /// record resolved as done is kept at least [`MIN_RETAIN`]: a shorter retention is refused.
     pub async fn resolve(
         &self,
         key: &RecordKey,
         seen: &Token,
         resolution: &Resolution,
     ) -> Result<Resolved, StoreError> {
+        if let Resolution::Done { retain, .. } = resolution {
+            if *retain < MIN_RETAIN {
+                return Ok(Resolved::RetainTooShort { retain: *retain });
+            }
+        }
         if self.store.resolve(key, seen, resolution).await? {
             let done = matches!(resolution, Resolution::Done { .. });
             let key_hash = crate::key::log_hash(&key.key);
