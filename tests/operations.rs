@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toolkey::admin::{Admin, Resolved};
 use toolkey::store::{
-    Outcome, PostgresStore, RecordKey, RedisStore, Resolution, SqliteStore, Store, Token,
+    EntryState, Filter, ManualClock, MemoryStore, Outcome, PostgresStore, RecordKey, RedisStore,
+    Resolution, SqliteStore, Store, Token,
 };
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 use toolkey_cli::Exit;
@@ -856,4 +857,143 @@ async fn resolve_done_refuses_a_retention_the_retry_would_outlive() {
     assert!(retry.replayed);
     assert_eq!(retry.value, json!({"invoice": "inv-by-hand"}));
     assert_eq!(outside.sent("acme"), 1, "the retry sent the invoice again");
+}
+
+/// Statements sent, counted; a body stalls at the gate when one is set.
+#[derive(Default)]
+struct Statements {
+    sent: std::sync::atomic::AtomicUsize,
+    gate: std::sync::Mutex<Option<Gate>>,
+}
+
+/// Where a stalled body waits: it says it started, then waits to be let go.
+struct Gate {
+    started: tokio::sync::oneshot::Sender<()>,
+    go: tokio::sync::oneshot::Receiver<()>,
+}
+
+#[tool(idempotent(key = "statement:<customer>", status = false), lease = "1h")]
+/// Sends a customer's statement.
+async fn send_statement(
+    statements: State<Statements>,
+    customer: String,
+) -> Result<Value, ToolError> {
+    let gate = statements.gate.lock().unwrap().take();
+    if let Some(gate) = gate {
+        let _ = gate.started.send(());
+        let _ = gate.go.await;
+    }
+    let n = statements
+        .sent
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(json!({ "statement": format!("st-{customer}-{n}") }))
+}
+
+/// A worker stalls past its lease (the store's clock moves an hour on; its renewals, due in real
+/// time, never come), an operator resolves its record as not done, and the worker then
+/// finishes. The operator's command must make nothing worse than doing nothing: with no other
+/// call since, the worker's outcome is recorded and the next call replays it (one statement);
+/// with another call since (the operator's finding was wrong, and that call sent a second
+/// statement), the late worker's answer names what may have happened, not a plain success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_alive_after_resolve_not_done_still_records_its_outcome() {
+    let clock = Arc::new(ManualClock::new());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let statements = Arc::new(Statements::default());
+    let toolbox = Arc::new(
+        Toolbox::builder()
+            .shared_store(store.clone())
+            .shared_state(statements.clone())
+            .tool(SendStatement)
+            .build()
+            .unwrap(),
+    );
+    let admin = Admin::new(store.clone());
+    let ctx = ToolContext::new("run-6").with_tenant("acme-corp");
+    let sent = || statements.sent.load(std::sync::atomic::Ordering::SeqCst);
+
+    // Starts a call whose body stalls, lets its lease lapse, and resolves it as not done; the
+    // call's task and the sender that lets its body go on.
+    let stall_and_resolve = |customer: &'static str| {
+        let (toolbox, statements, admin, clock, ctx) = (
+            toolbox.clone(),
+            statements.clone(),
+            admin.clone(),
+            clock.clone(),
+            ctx.clone(),
+        );
+        async move {
+            let (started, started_rx) = tokio::sync::oneshot::channel();
+            let (go, go_rx) = tokio::sync::oneshot::channel();
+            *statements.gate.lock().unwrap() = Some(Gate { started, go: go_rx });
+            let call = tokio::spawn(async move {
+                toolbox
+                    .call("send_statement", json!({ "customer": customer }), &ctx)
+                    .await
+            });
+            started_rx.await.unwrap();
+            clock.advance(Duration::from_secs(2 * 60 * 60));
+            let key = RecordKey::new("acme-corp", format!("statement:{customer}"));
+            let unknown = Filter {
+                state: Some(EntryState::Unknown),
+                ..Filter::default()
+            };
+            let listed = admin.list(&unknown, 10).await.unwrap();
+            let entry = listed
+                .iter()
+                .find(|e| e.key == key)
+                .expect("the stalled call's record is listed as unknown");
+            let resolved = admin
+                .resolve(&key, &entry.revision, &Resolution::NotDone)
+                .await
+                .unwrap();
+            assert_eq!(resolved, Resolved::Applied);
+            (call, go)
+        }
+    };
+
+    // No other call since the resolution: the worker's statement is recorded, and replayed.
+    let (late, go) = stall_and_resolve("acme").await;
+    go.send(()).unwrap();
+    let answer = late.await.unwrap();
+    let late_value = answer
+        .as_ref()
+        .map(|out| out.value.clone())
+        .unwrap_or_else(|e| panic!("the late worker was answered {e:?}"));
+    assert_eq!(sent(), 1);
+    let next = toolbox
+        .call("send_statement", json!({"customer": "acme"}), &ctx)
+        .await
+        .unwrap();
+    assert!(next.replayed, "the next call ran again: {next:?}");
+    assert_eq!(next.value, late_value);
+    assert_eq!(sent(), 1, "the next call sent a second statement");
+
+    // Another call ran after the resolution: it sent the statement the operator declared not
+    // sent (the second, counted apart: the finding was wrong), and the late worker's own
+    // outcome cannot be recorded. Its answer says a person may have resolved its record.
+    let (late, go) = stall_and_resolve("globex").await;
+    let other = toolbox
+        .call("send_statement", json!({"customer": "globex"}), &ctx)
+        .await
+        .unwrap();
+    assert!(!other.replayed);
+    assert_eq!(sent(), 2);
+    go.send(()).unwrap();
+    let answer = late.await.unwrap();
+    let err = answer.expect_err("the late worker's outcome was recorded over another call's");
+    assert!(err.is(ErrorCode::LeaseLost), "{err:?}");
+    assert!(
+        err.message()
+            .contains("a person judged this call dead and resolved its record"),
+        "{err:?}"
+    );
+    assert_eq!(sent(), 3, "the late worker's body ran once");
+    let next = toolbox
+        .call("send_statement", json!({"customer": "globex"}), &ctx)
+        .await
+        .unwrap();
+    assert!(next.replayed);
+    assert_eq!(next.value, other.value);
+    assert_eq!(sent(), 3);
 }

@@ -137,7 +137,8 @@ struct ResolveArgs {
     /// The work was done: a retry replays `--result`.
     #[arg(long, requires = "result")]
     done: bool,
-    /// The work was not done: the record is deleted and a retry runs it once.
+    /// The work was not done: a retry runs it once (if its worker was alive after all and
+    /// records its outcome first, the retry replays that instead).
     #[arg(long)]
     not_done: bool,
     /// The result a retry replays, as JSON (what the tool would have returned).
@@ -587,7 +588,9 @@ fn write_resolved(
             Resolution::NotDone => {
                 writeln!(
                     out,
-                    "resolved as not done: the record is gone; a retry runs once"
+                    "resolved as not done: a retry runs the tool once (should its worker be \
+                     alive after all and record its outcome first, the retry replays that \
+                     instead)"
                 )
             }
         },

@@ -37,7 +37,8 @@ pub enum ErrorCode {
     /// A defect inside the toolbox or the tool (a panic, a result that cannot be serialized).
     Internal,
     /// The work finished, but its reservation's lease lapsed while it ran (it could not be
-    /// renewed in time) and another call took the key over: the action may have happened twice.
+    /// renewed in time) and the key was no longer its own (another call took it over, or a
+    /// person resolved the record): the action may have happened twice.
     LeaseLost,
     /// The same call failed with retryable errors as many times as its tool's retry limit allows
     /// within the limit's window: it is not run again until the window ends. Not retryable.

@@ -496,11 +496,12 @@ pub(crate) fn panicked(what: impl std::fmt::Display, part: &str) -> ToolError {
     ToolError::outcome_unknown(format!("the {part} of {what} panicked"))
 }
 
-/// The work finished, but its lease had lapsed and another call took the key over.
+/// The work finished, but its lease had lapsed and the key was no longer its own: another call
+/// took it over, or a person resolved the record. The store cannot tell which, so both are named.
 pub(crate) fn lease_lost(what: impl std::fmt::Display) -> ToolError {
     ToolError::new(
         ErrorCode::LeaseLost,
-        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and another call took the key over: the action may have happened twice"),
+        format!("{what} finished, but its reservation lapsed while it ran (it could not be renewed in time) and its outcome could not be recorded: another call took the key over, or a person judged this call dead and resolved its record (as done, or as not done and another call ran since); the action may have happened twice"),
     )
     .with_suggestion("do not repeat the action; ask a person to check the outside system for a duplicate")
 }

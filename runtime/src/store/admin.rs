@@ -251,6 +251,9 @@ pub enum Resolution {
         /// How long the record is kept.
         retain: Duration,
     },
-    /// The work was not done: the record is deleted, and the next call runs it once.
+    /// The work was not done: the record is absent to every call, and the next call runs it
+    /// once. Should its worker have been alive after all and record its outcome before that
+    /// call, the next call replays that outcome instead: an operator's finding never makes the
+    /// work happen twice where doing nothing would not have.
     NotDone,
 }

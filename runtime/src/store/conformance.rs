@@ -156,6 +156,12 @@ impl<S: Store> Suite<S> {
                 Box::pin(resolve_applies_only_to_the_unknown_record_seen(self.ctx())),
             ),
             (
+                "a_holder_resolved_not_done_records_until_another_call_reserves",
+                Box::pin(
+                    a_holder_resolved_not_done_records_until_another_call_reserves(self.ctx()),
+                ),
+            ),
+            (
                 "purge_deletes_in_batches",
                 Box::pin(purge_deletes_in_batches(self.ctx())),
             ),
@@ -993,6 +999,123 @@ async fn resolve_applies_only_to_the_unknown_record_seen(cx: Ctx) -> Result<(), 
             .await
             .map_err(err)?,
         || "resolve reached another tenant's record".into(),
+    )
+}
+
+/// An operator resolves a lapsed reservation as not done while its worker is alive after all
+/// (it stalled past its lease). The record is absent to every call, but until another call
+/// reserves the key, the worker's fenced writes apply as they would have without the operator:
+/// its outcome lands and is replayed, never lost; once another call holds the key, they are
+/// refused.
+async fn a_holder_resolved_not_done_records_until_another_call_reserves(
+    cx: Ctx,
+) -> Result<(), String> {
+    let outcome = Outcome::Ok(json!({"statement": "st-1"}));
+    let resolved = |name: &'static str| {
+        let cx = &cx;
+        async move {
+            let key = cx.key(name);
+            let token = cx.reserve(&key, &fp(1), cx.lease).await?;
+            cx.lapse().await;
+            ensure(
+                cx.store
+                    .resolve(&key, &token, &Resolution::NotDone)
+                    .await
+                    .map_err(err)?,
+                || "resolve refused a lapsed reservation under its revision".into(),
+            )?;
+            Ok::<_, String>((key, token))
+        }
+    };
+    // Absent to reads and listings; the late worker's outcome lands, and is what a call finds.
+    let (key, late) = resolved("not-done-late-complete").await?;
+    let read = cx.store.get(&key).await.map_err(err)?;
+    ensure(read.is_none(), || {
+        format!("a record resolved as not done reads {read:?}")
+    })?;
+    let filter = Filter {
+        tenant: Some(key.tenant.clone()),
+        key: Some(key.key.clone()),
+        ..Filter::default()
+    };
+    let listed = list_all(&cx, &filter, 10).await?;
+    ensure(listed.is_empty(), || {
+        format!("a record resolved as not done is listed: {listed:?}")
+    })?;
+    ensure(
+        !cx.store
+            .resolve(&key, &late, &Resolution::NotDone)
+            .await
+            .map_err(err)?,
+        || "a record resolved as not done was resolved again".into(),
+    )?;
+    ensure(
+        cx.store
+            .complete(&key, &late, &outcome, cx.long())
+            .await
+            .map_err(err)?,
+        || "the worker's outcome was refused though no other call reserved the key".into(),
+    )?;
+    let next = cx
+        .store
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
+        .await
+        .map_err(err)?;
+    ensure(
+        matches!(&next, Reservation::Existing(Record::Completed { outcome: o, .. }) if *o == outcome),
+        || format!("the next call after the worker recorded its outcome got {next:?}"),
+    )?;
+    // A renewal takes the key back: the worker is running, and the next call waits for it.
+    let (key, late) = resolved("not-done-late-renew").await?;
+    ensure(
+        cx.store.renew(&key, &late, cx.long()).await.map_err(err)?,
+        || "the worker's renewal was refused though no other call reserved the key".into(),
+    )?;
+    let next = cx
+        .store
+        .reserve(&key, "tool", &fp(1), &Token::generate(), cx.long())
+        .await
+        .map_err(err)?;
+    ensure(
+        matches!(next, Reservation::Existing(Record::InProgress { .. })),
+        || format!("the next call after the worker renewed got {next:?}"),
+    )?;
+    // A worker that cannot tell whether it acted makes the record unknown again; one that
+    // failed retryably frees the key.
+    let (key, late) = resolved("not-done-late-unknown").await?;
+    ensure(
+        cx.store.mark_unknown(&key, &late).await.map_err(err)?,
+        || "the worker's unknown outcome was refused".into(),
+    )?;
+    let read = cx.store.get(&key).await.map_err(err)?;
+    ensure(
+        matches!(read, Some(Record::Stale { reported: true, .. })),
+        || format!("a record marked unknown by its worker after resolution reads {read:?}"),
+    )?;
+    let (key, late) = resolved("not-done-late-release").await?;
+    ensure(cx.store.release(&key, &late).await.map_err(err)?, || {
+        "the worker's release was refused".into()
+    })?;
+    cx.reserve(&key, &fp(1), cx.long()).await?;
+    // Once another call reserved the key, the worker's writes are refused, whatever they are.
+    let (key, late) = resolved("not-done-then-reserved").await?;
+    let next = cx.reserve(&key, &fp(1), cx.long()).await?;
+    ensure(
+        !cx.store
+            .complete(&key, &late, &outcome, cx.long())
+            .await
+            .map_err(err)?
+            && !cx.store.renew(&key, &late, cx.long()).await.map_err(err)?
+            && !cx.store.mark_unknown(&key, &late).await.map_err(err)?
+            && !cx.store.release(&key, &late).await.map_err(err)?,
+        || "a worker's write applied to the reservation of the call after it".into(),
+    )?;
+    ensure(
+        cx.store
+            .complete(&key, &next, &outcome, cx.long())
+            .await
+            .map_err(err)?,
+        || "the next call's own outcome was refused".into(),
     )
 }
 

@@ -10,7 +10,8 @@
 //! IN_PROGRESS ──mark_unknown(token)──▶ UNKNOWN (the body could not tell whether it acted)
 //! IN_PROGRESS, lease passed, or UNKNOWN ──▶ STALE ──take_over(token)──▶ IN_PROGRESS{new token}
 //! STALE ──resolve(seen token, Done(outcome))──▶ COMPLETED                        (an operator)
-//! STALE ──resolve(seen token, NotDone)──▶ absent                                  (an operator)
+//! STALE ──resolve(seen token, NotDone)──▶ NOT_DONE: absent to every call, and    (an operator)
+//!   until another call reserves the key, its holder's fenced writes still apply as to IN_PROGRESS
 //! COMPLETED, past retention ──▶ absent (a later reserve starts a new action)
 //! ```
 
@@ -421,7 +422,9 @@ impl StoreError {
 /// - **The caller's token.** `reserve` holds the key under the token its caller passed, so a
 ///   caller whose reply was lost can release what it may have reserved.
 /// - **Fencing.** `complete`, `release`, `renew` and `mark_unknown` apply only while the record is
-///   in progress under the given token, and return `false` (changing nothing) otherwise.
+///   in progress under the given token, or was resolved as not done while that token held it
+///   and no call has reserved the key since (a renewal takes it back in progress), and return
+///   `false` (changing nothing) otherwise.
 ///   `take_over` succeeds for exactly one caller naming the stale record's token.
 /// - **The store's clock.** Leases, staleness and retention are judged by one clock for all
 ///   workers: the server's where there is one.
@@ -548,6 +551,12 @@ pub trait Store: Send + Sync + 'static {
     /// revision `seen` (as [`Entry::revision`] showed it) **and** still unknown (marked unknown,
     /// or its lease lapsed) by the store's clock. False, changing nothing, otherwise: the record
     /// was taken over, finished, renewed by a worker that was alive after all, or is gone.
+    ///
+    /// Resolved as not done, the record is absent to every call (the next one reserves the key
+    /// and runs), but is kept under its holder's token until then: a holder that was alive
+    /// after all still records its outcome, renews, marks it unknown or releases it, exactly
+    /// as it would have without the operator, so the next call replays what it did instead of
+    /// doing it again. Purging leaves such a record alone; the next reserve replaces it.
     ///
     /// The default refuses with [`StoreError::Config`], like [`Store::list`].
     async fn resolve(

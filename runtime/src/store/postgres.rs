@@ -11,7 +11,7 @@ use deadpool_postgres::{
 use sha2::{Digest, Sha256};
 use tokio_postgres::NoTls;
 
-use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
+use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, NOT_DONE, UNKNOWN};
 use super::{
     from_millis, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey, Reservation,
     Resolution, Store, StoreError, Token,
@@ -38,9 +38,10 @@ const RESERVE_ATTEMPTS: usize = 8;
 ///
 /// Each operation is one statement in its own READ COMMITTED transaction; no transaction is held
 /// while a tool body runs. `reserve` is `INSERT ... ON CONFLICT DO UPDATE ... WHERE <the old
-/// record is completed and expired> RETURNING`, and only when that inserted nothing, a read of the
-/// record that is there. `complete`, `release`, `renew` and `mark_unknown` are single statements
-/// fenced by `WHERE token = $n AND state = 'in_progress'`; `take_over` is one conditional `UPDATE`,
+/// record is completed and expired, or resolved as not done> RETURNING`, and only when that
+/// inserted nothing, a read of the record that is there. `complete`, `release`, `renew` and
+/// `mark_unknown` are single statements fenced by `WHERE token = $n AND state IN ('in_progress',
+/// 'not_done')`; `take_over` is one conditional `UPDATE`,
 /// so of several workers naming a stale token exactly one wins the row lock and the others find
 /// the token changed.
 ///
@@ -605,7 +606,11 @@ impl Sql {
         let t = qualify(&table.quoted);
         let index = format!("\"{}_expires_at\"", table.name);
         let ms = |column: &str| format!("(extract(epoch FROM {column}) * 1000)::int8");
-        let fenced = format!("tenant = $1 AND key = $2 AND token = $3 AND state = '{IN_PROGRESS}'");
+        // In progress, or resolved as not done while the token held it: a holder an operator
+        // judged dead that was alive after all still records what it did.
+        let fenced = format!(
+            "tenant = $1 AND key = $2 AND token = $3 AND state IN ('{IN_PROGRESS}', '{NOT_DONE}')"
+        );
         // A record's columns and the server's clock, as `stored_at` reads them.
         let columns = format!(
             "state, token, fingerprint, {}, {}, outcome, {}, {}, {}, tool",
@@ -688,7 +693,7 @@ impl Sql {
                          lease_until = {NOW} + $5::int8 * interval '1 millisecond',
                          outcome = NULL, completed_at = NULL, expires_at = NULL
                      WHERE tenant = $1 AND key = $2
-                       AND state = '{COMPLETED}' AND expires_at <= {NOW}
+                       AND ((state = '{COMPLETED}' AND expires_at <= {NOW}) OR state = '{NOT_DONE}')
                      RETURNING 1
                  ), inserted AS (
                      INSERT INTO {t} (tenant, key, state, token, fingerprint, since, lease_until, tool)
@@ -718,7 +723,8 @@ impl Sql {
             ),
             release: format!("DELETE FROM {t} WHERE {fenced}"),
             renew: format!(
-                "UPDATE {t} SET lease_until = {NOW} + $4::int8 * interval '1 millisecond'
+                "UPDATE {t} SET state = '{IN_PROGRESS}',
+                     lease_until = {NOW} + $4::int8 * interval '1 millisecond'
                  WHERE {fenced}"
             ),
             mark_unknown: format!("UPDATE {t} SET state = '{UNKNOWN}' WHERE {fenced}"),
@@ -761,7 +767,7 @@ impl Sql {
                      expires_at = {NOW} + $5::int8 * interval '1 millisecond'
                  WHERE {resolvable}"
             ),
-            resolve_not_done: format!("DELETE FROM {t} WHERE {resolvable}"),
+            resolve_not_done: format!("UPDATE {t} SET state = '{NOT_DONE}' WHERE {resolvable}"),
             now: format!("SELECT {}", ms(NOW)),
             schema,
             table_name: table.name,
@@ -818,7 +824,7 @@ impl Store for PostgresStore {
             };
             // The record in the way may be gone (released) or expired by now: then try again.
             if let Some((stored, now)) = found {
-                if !stored.expired(now) {
+                if !stored.absent(now) {
                     return stored.to_record(key, now).map(Reservation::Existing);
                 }
             }
@@ -900,7 +906,7 @@ impl Store for PostgresStore {
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         match self.read(key).await? {
-            Some((stored, now)) if !stored.expired(now) => stored.to_record(key, now).map(Some),
+            Some((stored, now)) if !stored.absent(now) => stored.to_record(key, now).map(Some),
             _ => Ok(None),
         }
     }

@@ -1059,8 +1059,11 @@ local function expired(r, now)
   local at = tonumber(r[8])
   return r[1] == 'completed' and at ~= nil and at <= now
 end
+local function absent(r, now)
+  return r[1] == 'not_done' or expired(r, now)
+end
 local function held(r, token)
-  return r and r[1] == 'in_progress' and r[2] == token
+  return r and (r[1] == 'in_progress' or r[1] == 'not_done') and r[2] == token
 end
 "#;
 
@@ -1080,7 +1083,7 @@ if r and r[1] == 'in_progress' and r[2] == ARGV[1] then
   return {'reserved', redis.call('GET', KEYS[2]) or '0'}
 end
 if r then
-  if not expired(r, now) then return reply(now, r) end
+  if not absent(r, now) then return reply(now, r) end
   redis.call('DEL', KEYS[1])
 end
 redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', ARGV[1], 'fp', ARGV[2],
@@ -1126,7 +1129,7 @@ return 1
         renew: script(
             r#"
 if not held(load(KEYS[1]), ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', ms(now_ms() + tonumber(ARGV[2])))
+redis.call('HSET', KEYS[1], 'state', 'in_progress', 'lease_until', ms(now_ms() + tonumber(ARGV[2])))
 return 1
 "#,
         ),
@@ -1189,7 +1192,7 @@ if not r or r[2] ~= ARGV[1] then return 0 end
 local now = now_ms()
 if not stale(r, now) then return 0 end
 if ARGV[2] == 'not_done' then
-  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'state', 'not_done')
   return 1
 end
 local retain = tonumber(ARGV[4])
@@ -1325,9 +1328,7 @@ impl Store for RedisStore {
             .read(&SCRIPTS.get, &[self.redis_key(key)], key, &[], false)
             .await?
         {
-            Read::Found(stored, now) if !stored.expired(now) => {
-                stored.to_record(key, now).map(Some)
-            }
+            Read::Found(stored, now) if !stored.absent(now) => stored.to_record(key, now).map(Some),
             _ => Ok(None),
         }
     }

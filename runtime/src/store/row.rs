@@ -12,6 +12,8 @@ pub(crate) const IN_PROGRESS: &str = "in_progress";
 pub(crate) const UNKNOWN: &str = "unknown";
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 pub(crate) const COMPLETED: &str = "completed";
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+pub(crate) const NOT_DONE: &str = "not_done";
 
 /// What a store stores: durations are clamped to this before they are added to the clock, so a
 /// `Duration::MAX` retention stays a time every store (and PostgreSQL's `timestamptz`) can hold.
@@ -42,9 +44,11 @@ pub(crate) struct StoredRecord {
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 impl StoredRecord {
-    /// A completed record past its retention: absent to `reserve` and `get`.
-    pub fn expired(&self, now_ms: i64) -> bool {
-        self.state == COMPLETED && self.expires_at_ms.is_some_and(|at| at <= now_ms)
+    /// A completed record past its retention, or one an operator resolved as not done: absent
+    /// to `reserve`, `get` and listings.
+    pub fn absent(&self, now_ms: i64) -> bool {
+        self.state == NOT_DONE
+            || (self.state == COMPLETED && self.expires_at_ms.is_some_and(|at| at <= now_ms))
     }
 
     /// The row's fields, its state and fingerprint read back: [`StoreError::Corrupt`] when
@@ -54,6 +58,7 @@ impl StoredRecord {
             IN_PROGRESS => State::InProgress,
             UNKNOWN => State::Unknown,
             COMPLETED => State::Completed,
+            NOT_DONE => State::NotDone,
             other => return Err(StoreError::corrupt(key, format!("unknown state {other:?}"))),
         };
         Ok(Fields {
@@ -70,10 +75,10 @@ impl StoredRecord {
     }
 
     /// The record as an operator lists it, at `now_ms` by the store's clock; `None` when it
-    /// expired (absent to every call). Anything that does not read back is
+    /// is [absent](Self::absent) to every call. Anything that does not read back is
     /// [`StoreError::Corrupt`].
     pub fn to_entry(&self, key: &RecordKey, now_ms: i64) -> Result<Option<Entry>, StoreError> {
-        if self.expired(now_ms) {
+        if self.absent(now_ms) {
             return Ok(None);
         }
         self.fields(key)?.to_entry(key, now_ms).map(Some)
@@ -92,6 +97,10 @@ pub(crate) enum State {
     InProgress,
     Unknown,
     Completed,
+    /// An operator resolved the stale record as not done: absent to every call, and kept under
+    /// its holder's token only so that the holder, if it was alive after all, still records
+    /// what it did (a fenced write finds it as it would find its reservation).
+    NotDone,
 }
 
 /// A record's fields, borrowed from whatever holds them (a row read from a server, or the
@@ -149,6 +158,13 @@ impl Fields<'_> {
                 since,
                 lease_until: from_millis(self.lease_until_ms),
             },
+            // Every read leaves it out first, as absent.
+            State::NotDone => {
+                return Err(StoreError::corrupt(
+                    key,
+                    "a record resolved as not done was read as present",
+                ))
+            }
         })
     }
 
@@ -227,9 +243,10 @@ mod tests {
             row(UNKNOWN).to_record(&key(), 0),
             Ok(Record::Stale { reported: true, .. })
         ));
-        assert!(!row(COMPLETED).expired(29));
-        assert!(row(COMPLETED).expired(30));
-        assert!(!row(IN_PROGRESS).expired(30));
+        assert!(!row(COMPLETED).absent(29));
+        assert!(row(COMPLETED).absent(30));
+        assert!(!row(IN_PROGRESS).absent(30));
+        assert!(row(NOT_DONE).absent(0));
     }
 
     #[test]

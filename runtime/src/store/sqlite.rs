@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, TransactionBehavior};
 
-use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, UNKNOWN};
+use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, NOT_DONE, UNKNOWN};
 use super::{
     from_millis, to_millis, Clock, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey,
     Reservation, Resolution, Store, StoreError, SystemClock, Token,
@@ -71,6 +71,10 @@ WHERE (?1 IS NULL OR (tenant, key) > (?1, ?2))
        OR (?7 IN ('completed', 'failed') AND state = 'completed' AND expires_at_ms > ?8))
 ORDER BY tenant, key
 LIMIT ?9";
+
+/// The states in which a fenced write of the record's token applies: in progress, or resolved
+/// as not done while that token held it (its holder, alive after all, still records what it did).
+const HELD: &str = "'in_progress', 'not_done'";
 
 /// A record nobody knows the outcome of, under the revision an operator saw.
 const RESOLVABLE: &str = "tenant = ?1 AND key = ?2 AND token = ?3
@@ -350,7 +354,7 @@ impl SqliteStore {
         };
         let now = to_millis(self.clock.now());
         match stored {
-            Some(stored) if !stored.expired(now) => Inline::Live(stored.to_record(key, now)),
+            Some(stored) if !stored.absent(now) => Inline::Live(stored.to_record(key, now)),
             _ => Inline::Free,
         }
     }
@@ -1025,7 +1029,7 @@ impl Store for SqliteStore {
             let key = key.clone();
             let live = self
                 .read(move |conn, now| match read_row(conn, &key)? {
-                    Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
+                    Some(stored) if !stored.absent(now) => stored.to_record(&key, now).map(Some),
                     _ => Ok(None),
                 })
                 .await?;
@@ -1047,7 +1051,7 @@ impl Store for SqliteStore {
                          fingerprint = excluded.fingerprint, since_ms = excluded.since_ms,
                          lease_until_ms = excluded.lease_until_ms, outcome = NULL,
                          completed_at_ms = NULL, expires_at_ms = NULL
-                     WHERE state = '{COMPLETED}' AND expires_at_ms <= ?5"
+                     WHERE (state = '{COMPLETED}' AND expires_at_ms <= ?5) OR state = '{NOT_DONE}'"
                 ),
                 params![
                     key.tenant,
@@ -1086,7 +1090,7 @@ impl Store for SqliteStore {
                 sql!(
                     "UPDATE toolkey_records
                      SET state = '{COMPLETED}', outcome = ?4, completed_at_ms = ?5, expires_at_ms = ?6
-                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state IN ({HELD})"
                 ),
                 params![key.tenant, key.key, token.as_str(), text, now, expires_at],
             )?;
@@ -1112,7 +1116,7 @@ impl Store for SqliteStore {
                 tx,
                 sql!(
                     "DELETE FROM toolkey_records
-                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state IN ({HELD})"
                 ),
                 params![key.tenant, key.key, token.as_str()],
             )
@@ -1131,8 +1135,8 @@ impl Store for SqliteStore {
             fenced(
                 tx,
                 sql!(
-                    "UPDATE toolkey_records SET lease_until_ms = ?4
-                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                    "UPDATE toolkey_records SET state = '{IN_PROGRESS}', lease_until_ms = ?4
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state IN ({HELD})"
                 ),
                 params![
                     key.tenant,
@@ -1152,7 +1156,7 @@ impl Store for SqliteStore {
                 tx,
                 sql!(
                     "UPDATE toolkey_records SET state = '{UNKNOWN}'
-                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state = '{IN_PROGRESS}'"
+                     WHERE tenant = ?1 AND key = ?2 AND token = ?3 AND state IN ({HELD})"
                 ),
                 params![key.tenant, key.key, token.as_str()],
             )
@@ -1199,7 +1203,7 @@ impl Store for SqliteStore {
         }
         let key = key.clone();
         self.read(move |conn, now| match read_row(conn, &key)? {
-            Some(stored) if !stored.expired(now) => stored.to_record(&key, now).map(Some),
+            Some(stored) if !stored.absent(now) => stored.to_record(&key, now).map(Some),
             _ => Ok(None),
         })
         .await
@@ -1296,7 +1300,7 @@ impl Store for SqliteStore {
             ),
             Resolution::NotDone => fenced(
                 tx,
-                sql!("DELETE FROM toolkey_records WHERE {RESOLVABLE}"),
+                sql!("UPDATE toolkey_records SET state = '{NOT_DONE}' WHERE {RESOLVABLE}"),
                 params![key.tenant, key.key, seen.as_str(), now],
             ),
         })

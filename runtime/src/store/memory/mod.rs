@@ -312,9 +312,14 @@ impl Node {
         Ok(())
     }
 
-    /// A completed record past its retention: absent to `reserve` and `get`.
+    /// A completed record past its retention: purged.
     fn expired(&self, now_ms: i64) -> bool {
         self.state == State::Completed && self.expires_at_ms <= now_ms
+    }
+
+    /// Expired, or resolved as not done by an operator: absent to `reserve`, `get` and listings.
+    fn absent(&self, now_ms: i64) -> bool {
+        self.state == State::NotDone || self.expired(now_ms)
     }
 
     /// In progress with a lapsed lease, or marked unknown: nobody knows the outcome.
@@ -323,9 +328,11 @@ impl Node {
             || (self.state == State::InProgress && self.lease_until_ms <= now_ms)
     }
 
-    /// In progress under `token`: the only state in which a fenced write applies.
+    /// In progress under `token`, or resolved as not done while `token` held it: the states in
+    /// which a fenced write applies. A holder an operator judged dead that was alive after all
+    /// records what it did, until another call reserves the key.
     fn held_by(&self, token: &Token) -> bool {
-        self.state == State::InProgress && self.token() == token.as_str()
+        matches!(self.state, State::InProgress | State::NotDone) && self.token() == token.as_str()
     }
 
     /// Completed under `token` with the outcome stored as `text`: what a `complete` sent again
@@ -473,7 +480,7 @@ impl Store for MemoryStore {
             let mut node = Node::reserved(key, fingerprint, token, now, lease)?;
             let Records { table, tools, .. } = records;
             let place = match table.entry(hash, |held| held.is(key.borrowed())) {
-                Entry::Held(held) if !held.expired(now) => {
+                Entry::Held(held) if !held.absent(now) => {
                     return Ok(Reservation::Existing(held.record(key, now)?));
                 }
                 place => place,
@@ -482,7 +489,7 @@ impl Store for MemoryStore {
             // name to the store's set of them.
             node.tool = Some(tools.shared(tool));
             match place {
-                Entry::Held(expired) => *expired = node,
+                Entry::Held(absent) => *absent = node,
                 Entry::Free(free) => free.insert(node),
             }
             Ok(Reservation::Reserved {
@@ -540,6 +547,7 @@ impl Store for MemoryStore {
     ) -> Result<bool, StoreError> {
         self.with(|records, now| match records.get_mut(key.borrowed()) {
             Some(node) if node.held_by(token) => {
+                node.state = State::InProgress;
                 node.lease_until_ms = now.saturating_add(span_ms(lease));
                 Ok(true)
             }
@@ -578,7 +586,7 @@ impl Store for MemoryStore {
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.with(|records, now| match records.get_mut(key.borrowed()) {
-            Some(node) if !node.expired(now) => node.record(key, now).map(Some),
+            Some(node) if !node.absent(now) => node.record(key, now).map(Some),
             _ => Ok(None),
         })
     }
@@ -626,7 +634,7 @@ impl Store for MemoryStore {
                 ..Page::default()
             };
             for node in nodes.into_iter().take(limit) {
-                if node.expired(now) {
+                if node.absent(now) {
                     continue;
                 }
                 let read = node.fields().to_entry(&node.record_key(), now);
@@ -650,7 +658,13 @@ impl Store for MemoryStore {
             let seen = |node: &Node| node.token() == seen.as_str() && node.stale(now);
             Ok(match done {
                 Some((text, retain)) => records.complete(key, seen, &text, now, retain),
-                None => records.remove_if(key, seen),
+                None => match records.get_mut(key.borrowed()) {
+                    Some(node) if seen(node) => {
+                        node.state = State::NotDone;
+                        true
+                    }
+                    _ => false,
+                },
             })
         })
     }
