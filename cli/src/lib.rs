@@ -118,10 +118,10 @@ struct ListArgs {
 #[derive(Debug, Args)]
 struct KeyArgs {
     /// The record's tenant (empty when calls set none).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     tenant: String,
-    /// The record's key, as `list` prints it.
-    #[arg(long)]
+    /// The record's key, as `list` prints it (a value that starts with `-` is still the key).
+    #[arg(long, allow_hyphen_values = true)]
     key: String,
 }
 
@@ -132,7 +132,7 @@ struct ResolveArgs {
     record: KeyArgs,
     /// The revision `list` or `show` printed: the resolution is refused if the record changed
     /// since.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     revision: String,
     /// The work was done: a retry replays `--result`.
     #[arg(long, requires = "result")]
@@ -142,7 +142,7 @@ struct ResolveArgs {
     #[arg(long)]
     not_done: bool,
     /// The result a retry replays, as JSON (what the tool would have returned).
-    #[arg(long, value_parser = parse_json)]
+    #[arg(long, value_parser = parse_json, allow_hyphen_values = true)]
     result: Option<Value>,
     /// How long a record resolved as done is kept, so that the model's retry replays it: at
     /// least 1h.

@@ -172,3 +172,33 @@ async fn the_lines_show_prints_are_safe_to_paste_and_name_the_record_shown() {
         }
     }
 }
+
+/// A value that starts with `-` is its flag's value, not another flag: a key as `list` prints
+/// it, and a result that is a negative number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_start_with_a_dash_are_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let record = RecordKey::new("acme", "-rf");
+    let revision = unknown(&store, &record).await;
+    let args = [
+        "resolve",
+        "--tenant",
+        "acme",
+        "--key",
+        "-rf",
+        "--revision",
+        revision.as_str(),
+        "--done",
+        "--result",
+        "-1",
+    ];
+    let (exit, out, err) = toolkey(&path, &args).await;
+    assert_eq!(exit, Exit::Done, "{out}{err}");
+    let record = store.get(&record).await.unwrap();
+    assert!(
+        matches!(&record, Some(toolkey::store::Record::Completed { outcome: toolkey::store::Outcome::Ok(v), .. }) if *v == json!(-1)),
+        "{record:?}"
+    );
+}
