@@ -1,7 +1,8 @@
 //! Fuzz targets for every input a model or client controls: tool arguments through
 //! [`Toolbox::call`](toolkey::Toolbox::call), the OpenAI Chat Completions and Responses,
 //! Anthropic and MCP call adapters and the conversation handlers, status calls, key derivation
-//! and fingerprints.
+//! and fingerprints; and the operator's surfaces ([`operator`]): the lines `toolkey` prints to
+//! paste, its command line, and `Admin`.
 //!
 //! Each target takes arbitrary bytes, reads them as arbitrary JSON (or as JSON shaped by a tool's
 //! schema and then broken a little, or as raw text), and checks that nothing panics or hangs,
@@ -35,6 +36,7 @@
 pub mod gen;
 pub mod harness;
 pub mod keys;
+pub mod operator;
 pub mod store;
 pub mod targets;
 pub mod tools;

@@ -11,6 +11,9 @@
 //! | [`mcp_tools_call`] | MCP `tools/call` params and their `_meta` | the same, as a `CallToolResult`; `_meta` gives a context or `MISSING_CONTEXT` |
 //! | [`key_derivation`] | key part values, two at a time | a key never exceeds its length nor loses its namespace; two values share a key exactly when they normalize alike; control characters never reach a key |
 //! | [`fingerprint`] | any JSON | a value read back from its JSON text keeps its fingerprint; values equal by the documented rule share a fingerprint, others do not |
+//! | [`operator::shell_quoting`](crate::operator::shell_quoting) | tenants, keys and revisions | each value quoted for pasting is, to a real POSIX shell, that value alone; the `resolve` line `show` prints passes exactly the record's tenant, key and revision; a value no command line can carry gets no line |
+//! | [`operator::cli_resolve`](crate::operator::cli_resolve) | a record's tenant and key, `--result`, `--retain`, a store path | the pasted line, run, resolves the record it names or is refused changing nothing; no other record is touched; a retention too short is refused; a path to no file is refused and makes none |
+//! | [`operator::admin_operations`](crate::operator::admin_operations) | lookalike records in every state, then resolutions, listings and purges | a resolution applies exactly to the unknown record and revision named, as asked, and changes no other record; a refusal changes nothing; listings admit only what their filter admits |
 
 use serde_json::{json, Map, Value};
 use toolkey::providers::{anthropic, mcp, openai};

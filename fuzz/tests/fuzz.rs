@@ -2,15 +2,20 @@
 //! `BOLERO_RANDOM_ITERATIONS` says otherwise. See the crate docs for the commands.
 
 use toolkey_fuzz::harness::{guarded, Tally};
-use toolkey_fuzz::targets;
+use toolkey_fuzz::{operator, targets};
 
 /// Inputs per target when `BOLERO_RANDOM_ITERATIONS` is not set: the CI sample.
 const SAMPLE: usize = 3_000;
 
 fn fuzz(name: &'static str, target: fn(&[u8], &Tally)) {
+    fuzz_sample(name, target, SAMPLE);
+}
+
+/// As [`fuzz`], with a sample of `sample` inputs: for a target whose input runs processes.
+fn fuzz_sample(name: &'static str, target: fn(&[u8], &Tally), sample: usize) {
     let tally = Tally::default();
     bolero::check!()
-        .with_iterations(SAMPLE)
+        .with_iterations(sample)
         .with_max_len(4096)
         .for_each(|input: &[u8]| {
             tally.input();
@@ -72,4 +77,20 @@ fn key_derivation() {
 #[test]
 fn fingerprint() {
     fuzz("fingerprint", targets::fingerprint);
+}
+
+#[test]
+fn shell_quoting() {
+    fuzz("shell_quoting", operator::shell_quoting);
+}
+
+#[test]
+fn cli_resolve() {
+    // Each input runs a shell and the command, which opens the store: a smaller sample.
+    fuzz_sample("cli_resolve", operator::cli_resolve, 300);
+}
+
+#[test]
+fn admin_operations() {
+    fuzz("admin_operations", operator::admin_operations);
 }
