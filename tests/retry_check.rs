@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use toolkey::testing::{Backend, Report, RetryCheck, Scenario, Verdict};
-use toolkey::{tool, State, ToolError};
+use toolkey::{tool, State, ToolContext, ToolError};
 
 /// The outside system: the charges it made, each for an order and an amount.
 #[derive(Default)]
@@ -214,6 +214,7 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 1, 1, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 2, 2, Pass),
@@ -281,6 +282,7 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 2, Fail),
+                (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 1, 1, Pass),
                 (LeaseLapse, 1, 2, Fail),
                 (OtherAction, 0, 0, NotRun),
@@ -288,7 +290,7 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
             "{report}"
         );
         assert!(reason(&report, Crash).starts_with(
-            "did the work twice: after the worker died, the retry ran again; the recover hook found nothing, though the dead worker had acted"
+            "did the work twice: after the worker died at the tool's record, the retry ran again; the recover hook found nothing, though the dead worker had acted"
         ), "{report}");
         assert!(reason(&report, LeaseLapse).starts_with(
             "did the work twice: while the slow body's lease had lapsed, the retry ran again; the recover hook found nothing"
@@ -354,6 +356,7 @@ async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 0, 0, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 2, 1, Fail),
@@ -390,6 +393,7 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
+                (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 0, 0, Pass),
                 (LeaseLapse, 1, 1, Pass),
                 (OtherAction, 0, 0, NotRun),
@@ -519,5 +523,72 @@ async fn two_flattened_enums_fields_are_fields_the_kit_changes() {
             .run()
             .await;
         assert_other_arguments_conflict(&report);
+    }
+}
+
+/// Prepares an order in a step, then charges it outside any step; its lookup never asks the
+/// provider (issue 48, bug 1).
+#[tool(idempotent(key = "charge-prepared:<order>", recover = never_looks))]
+async fn charge_after_a_step(
+    payments: State<Payments>,
+    ctx: &ToolContext,
+    /// The order.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    ctx.once("prepare", async { Ok::<_, ToolError>(()) })
+        .await?;
+    Ok(payments.charge(&order, cents, &note))
+}
+
+async fn never_looks(
+    payments: State<Payments>,
+    ctx: &ToolContext,
+    order: String,
+    cents: i64,
+    note: String,
+) -> Result<Option<String>, ToolError> {
+    let _ = (payments, ctx, order, cents, note);
+    Ok(None)
+}
+
+fn check_one<T: toolkey::Tool>(
+    tool: &'static str,
+    make: fn() -> T,
+    backend: Backend,
+) -> RetryCheck<Arc<Payments>> {
+    RetryCheck::new(tool, args(), || Arc::new(Payments::default()))
+        .toolbox(move |builder, payments| {
+            builder.shared_state(payments.clone()).tool(make()).build()
+        })
+        .effects(|payments| payments.count())
+        .store(backend)
+}
+
+/// Issue 48, bug 1: the worker must die at the tool's own record, after the charge, not at the
+/// step's record before it; a recover hook that never looks then charges twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_before_the_effect_does_not_hide_a_recover_hook_that_never_looks() {
+    for backend in backends() {
+        let report = check_one("charge_after_a_step", || ChargeAfterAStep, backend)
+            .run()
+            .await;
+        assert!(!report.passed(), "{report}");
+        let crash = report.row(Crash).unwrap();
+        assert_eq!(
+            (crash.expected, crash.observed, crash.verdict),
+            (1, 2, Fail),
+            "{report}"
+        );
+        assert!(
+            reason(&report, Crash).starts_with(
+                "did the work twice: after the worker died at the tool's record, the retry ran again; the recover hook found nothing, though the dead worker had acted"
+            ),
+            "{report}"
+        );
     }
 }

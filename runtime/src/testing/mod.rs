@@ -9,15 +9,22 @@
 //! | scenario | how it is produced | a retry-safe tool |
 //! |---|---|---|
 //! | same call again | two calls | 1 effect; the second is a replay of the first |
-//! | timeout, retry, status | the record write is held past a 100 ms timeout; a retry and a status call meanwhile | 1 effect; `IN_PROGRESS`, then `completed` and a replay |
+//! | timeout, retry, status | the tool's record write is held past a 100 ms timeout; a retry and a status call meanwhile | 1 effect; `IN_PROGRESS`, then `completed` and a replay |
 //! | reworded retry | every `#[arg(ignore)]` field reworded, key fields respelled only as the key normalizes them, and your own rewordings | 1 effect; every retry a replay |
 //! | retry, other arguments | one fingerprinted argument changed | 1 effect; `CONFLICT` |
 //! | concurrent duplicates | 8 calls at once (record writes held until the duplicates answer) | 1 effect |
-//! | record reply lost | [`FaultyStore`](crate::store::faults::FaultyStore) applies the record write and loses its reply | 1 effect; the outcome replayed and the status `completed` |
-//! | crash before record | the worker dies at the record write; its lease lapses; another worker gets the call | 1 effect: the recover hook finds it, or the answer says `OUTCOME_UNKNOWN` |
+//! | record reply lost | the store applies the tool's record write and loses its reply | 1 effect; the outcome replayed and the status `completed` |
+//! | crash before record | the worker dies at the tool's own record write, after the body; its lease lapses; another worker gets the call | 1 effect: the recover hook finds it, or the answer says `OUTCOME_UNKNOWN` |
+//! | crash at a step's write | the worker dies at each write of each `ctx.once` step in turn (its reservation, its record), on a fresh store each; its lease lapses; another worker gets the call | at most 1 effect: the retry finishes the work once, or the answer says `OUTCOME_UNKNOWN` |
 //! | crash before effect | the worker dies once its key is reserved, before its body runs; its lease lapses; another worker gets the call | the recover hook finds nothing and the retry acts (1 effect), or the answer says `OUTCOME_UNKNOWN` (none); a hook that answers "found" without looking fails |
-//! | lease lapses, slow body | the record write is held and the renewals fail until the lease lapses; another worker gets the call | 1 effect; the first call does not claim a second |
+//! | lease lapses, slow body | the tool's record write is held and the renewals fail until the lease lapses; another worker gets the call | 1 effect; the first call does not claim a second |
 //! | another action | your [`other_action`](RetryCheck::other_action) after the first call | 2 effects |
+//!
+//! The write boundaries are found by a probe: before the rows, one call runs on a store that
+//! notes every write (reservation, record, release, unknown mark, take-over) and whose record
+//! it is, the tool's or a step's. The fault rows then stop a fresh call at each of those writes.
+//! A worker that dies *before* its own reservation reaches the store has done nothing, so that
+//! boundary is not tried.
 //!
 //! Each scenario gets a fresh world (your fake system), a fresh store and fresh toolboxes, built
 //! by your closure over the store the check gives it. Leases lapse on a [`ManualClock`] the
@@ -71,7 +78,7 @@
 //! work twice (or skipped it) and why:
 //!
 //! ```text
-//! retry check of `send_invoice` on the memory store: 7 scenarios FAILED
+//! retry check of `send_invoice` on the memory store: 8 scenarios FAILED
 //!   scenario                 expected  observed  answer                     verdict
 //!   same call again                 1         2  ok, then ok                FAIL
 //!       FAIL: did the work twice: the same call, made again, ran again; `send_invoice` is `unkeyed`: ...

@@ -21,9 +21,14 @@ pub enum Scenario {
     /// The store applies the record write after the effect and loses its reply: the outcome is
     /// kept and replayed.
     LostReply,
-    /// The worker dies after the effect, before the record; after its lease lapses another
-    /// worker gets the call: the recover hook finds the effect, or the answer says unknown.
+    /// The worker dies at the tool's own record write, after the effect; after its lease
+    /// lapses another worker gets the call: the recover hook finds the effect, or the answer
+    /// says unknown.
     Crash,
+    /// The worker dies at each write of each `ctx.once` step in turn (its reservation, its
+    /// record); after its lease lapses another worker gets the call: the effect is done once,
+    /// or the answer says unknown.
+    CrashAtStep,
     /// The worker dies after it reserved the key, before its body acted; after its lease lapses
     /// another worker gets the call: the recover hook finds nothing and the retry acts, or the
     /// answer says unknown. A hook that answers "found" without looking fails here.
@@ -38,7 +43,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order a check runs them.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Replay,
         Scenario::Timeout,
         Scenario::Reworded,
@@ -46,6 +51,7 @@ impl Scenario {
         Scenario::Concurrent,
         Scenario::LostReply,
         Scenario::Crash,
+        Scenario::CrashAtStep,
         Scenario::CrashBeforeEffect,
         Scenario::LeaseLapse,
         Scenario::OtherAction,
@@ -61,6 +67,7 @@ impl Scenario {
             Scenario::Concurrent => "concurrent duplicates",
             Scenario::LostReply => "record reply lost",
             Scenario::Crash => "crash before record",
+            Scenario::CrashAtStep => "crash at a step's write",
             Scenario::CrashBeforeEffect => "crash before effect",
             Scenario::LeaseLapse => "lease lapses, slow body",
             Scenario::OtherAction => "another action",

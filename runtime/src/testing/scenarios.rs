@@ -9,9 +9,8 @@ use tokio::task::JoinSet;
 
 use super::report::{Report, Row, Scenario, Verdict};
 use super::vary::{changed_fields, Fields};
-use super::worker::{Control, WorkerStore};
+use super::worker::{Action, Boundary, Control, Holder, WorkerStore, WriteOp};
 use super::RetryCheck;
-use crate::store::faults::{Fault, FaultyStore, Op, Plan};
 use crate::store::{ManualClock, Store};
 use crate::{ErrorCode, Story, ToolDefinition, ToolError, ToolOutput, Toolbox};
 
@@ -50,10 +49,30 @@ impl<W> Scene<W> {
     }
 }
 
-/// What every scenario reads: the tool's definition and what it says about the arguments.
+/// What every scenario reads: the tool's definition, what it says about the arguments, and the
+/// writes a call of it makes to the store.
 struct Target<'a> {
     def: &'a ToolDefinition,
     fields: Fields<'a>,
+    /// The store-write boundaries of one call, in order, as a probe call made them: the tool's
+    /// reservation, each step's reservation and record, the tool's record.
+    writes: Vec<Boundary>,
+}
+
+impl Target<'_> {
+    /// The tool's own record write (its outcome or its unknown mark), if a call makes one.
+    fn tool_record(&self) -> Option<&Boundary> {
+        self.writes.iter().find(|b| b.is_tool_record())
+    }
+}
+
+/// A worker killed at one write, and the next worker's retry once its lease lapsed.
+struct Crashed {
+    retry: Answer,
+    status: Option<String>,
+    /// The retry asked the recover hook.
+    recovered: bool,
+    effects: usize,
 }
 
 impl<W> RetryCheck<W> {
@@ -70,7 +89,8 @@ impl<W> RetryCheck<W> {
             self.tool
         );
         let probe = self.scene();
-        let toolbox = self.worker(&probe, probe.store.clone(), None);
+        let control = Control::new(&self.tool);
+        let toolbox = self.controlled(&probe, &control);
         let Some(def) = toolbox.definition(&self.tool).cloned() else {
             let names: Vec<&str> = toolbox.definitions().iter().map(|d| d.name()).collect();
             panic!(
@@ -78,9 +98,16 @@ impl<W> RetryCheck<W> {
                 self.tool
             );
         };
+        // One call, watched: the writes each fault scenario then stops a call at, in turn.
+        let probed = async {
+            let _ = self.call(&toolbox, &self.args).await;
+            probe.drain(&toolbox).await;
+        };
+        let _ = tokio::time::timeout(SCENARIO_LIMIT, probed).await;
         let target = Target {
             def: &def,
             fields: Fields::of(&def),
+            writes: control.writes(),
         };
         let mut rows = Vec::new();
         for scenario in Scenario::ALL {
@@ -116,6 +143,7 @@ impl<W> RetryCheck<W> {
             Scenario::Concurrent => self.concurrent(t, scene).await,
             Scenario::LostReply => self.lost_reply(t, scene).await,
             Scenario::Crash => self.crash(t, scene).await,
+            Scenario::CrashAtStep => self.crash_at_step(t).await,
             Scenario::CrashBeforeEffect => self.crash_before_effect(t, scene).await,
             Scenario::LeaseLapse => self.lease_lapse(t, scene).await,
             Scenario::OtherAction => self.another_action(t, scene).await,
@@ -224,7 +252,7 @@ impl<W> RetryCheck<W> {
     }
 
     async fn timeout(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
-        let control = Control::new();
+        let control = Control::new(&self.tool);
         control.hold_records(true);
         let store = WorkerStore {
             inner: scene.store.clone(),
@@ -403,7 +431,7 @@ impl<W> RetryCheck<W> {
     }
 
     async fn concurrent(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
-        let control = Control::new();
+        let control = Control::new(&self.tool);
         control.hold_records(true);
         let w = self.controlled(scene, &control);
         let mut calls = JoinSet::new();
@@ -445,22 +473,22 @@ impl<W> RetryCheck<W> {
     }
 
     async fn lost_reply(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
-        let faulty = Arc::new(FaultyStore::new(
-            scene.store.clone(),
-            Plan::script([(Op::Complete, Fault::LoseReply)]),
-        ));
-        let w = self.worker(scene, faulty.clone(), None);
+        // The tool's own record: a step's record lost first would test the step, not the call.
+        let control = Control::new(&self.tool);
+        if let Some(record) = t.tool_record() {
+            control.fault(record.clone(), Action::LoseReply);
+        }
+        let w = self.controlled(scene, &control);
         let first = self.call(&w, &self.args).await;
         scene.drain(&w).await;
         let again = self.call(&w, &self.args).await;
         let status = self.status(&w, t.def).await;
         scene.drain(&w).await;
-        let lost = faulty.injected().lost_replies;
         let mut answer = format!("{}, retry {}", code(&first), code(&again));
         if let Some(status) = &status {
             answer.push_str(&format!(", status {status}"));
         }
-        if lost == 0 {
+        if !control.fired() {
             answer.push_str(" (no record write to lose)");
         }
         let mut row = Row::new(Scenario::LostReply, 1, self.effects_in(scene)).answer(answer);
@@ -486,33 +514,62 @@ impl<W> RetryCheck<W> {
         row
     }
 
-    async fn crash(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
-        let control = Control::new();
-        control.die_at_record();
+    /// The worker dies at `at` (`action`), or where the call answered when it never gets
+    /// there; once its lease lapsed, another worker gets the call. None: the body did not end.
+    async fn crash_at(
+        &self,
+        t: &Target<'_>,
+        scene: &Scene<W>,
+        at: Option<&Boundary>,
+        action: Action,
+    ) -> Option<Crashed> {
+        let control = Control::new(&self.tool);
+        if let Some(at) = at {
+            control.fault(at.clone(), action);
+        }
         let dead = self.controlled(scene, &control);
         let mut first = self.spawn_call(&dead);
-        // The body ends at its record write, where the worker dies; a tool that writes no
-        // record answers, and the worker dies before the answer reaches anyone.
+        // A call that never makes that write answers, and the worker dies before the answer
+        // reaches anyone.
         let ended = tokio::select! {
-            reached = control.record_reached(BODY_LIMIT) => reached,
+            fired = control.fault_fired(BODY_LIMIT) => fired,
             _ = &mut first => true,
         };
-        drop(first);
-        let mut row = Row::new(Scenario::Crash, 1, 0);
+        first.abort();
         if !ended {
-            row.fail(format!(
-                "the body did not end within {} s",
-                BODY_LIMIT.as_secs()
-            ));
-            return row;
+            return None;
         }
         lapse(t, scene);
         let next = self.worker(scene, scene.store.clone(), None);
         let retry = self.call(&next, &self.args).await;
         let status = self.status(&next, t.def).await;
         scene.drain(&next).await;
-        let recovered = next.stats().recovered > 0;
-        row.observed = self.effects_in(scene);
+        Some(Crashed {
+            retry,
+            status,
+            recovered: next.stats().recovered > 0,
+            effects: self.effects_in(scene),
+        })
+    }
+
+    async fn crash(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        // At the tool's own record, after the body's effect: never at a step's record before it.
+        let record = t.tool_record();
+        let mut row = Row::new(Scenario::Crash, 1, 0);
+        let Some(crashed) = self.crash_at(t, scene, record, Action::Die).await else {
+            row.fail(format!(
+                "the body did not end within {} s",
+                BODY_LIMIT.as_secs()
+            ));
+            return row;
+        };
+        let Crashed {
+            retry,
+            status,
+            recovered,
+            effects,
+        } = crashed;
+        row.observed = effects;
         let mut answer = format!("worker died; retry {}", code(&retry));
         answer.push_str(looked_up(recovered, &retry));
         if let Some(status) = &status {
@@ -524,12 +581,11 @@ impl<W> RetryCheck<W> {
         } else {
             "the dead worker's call was not seen by the next worker"
         };
-        effects_verdict(
-            &mut row,
-            t,
-            "after the worker died, the retry ran again",
-            twice,
-        );
+        let died = match record {
+            Some(record) => format!("after the worker died at {record}"),
+            None => "after the worker died".to_string(),
+        };
+        effects_verdict(&mut row, t, &format!("{died}, the retry ran again"), twice);
         lapsed_or_fail(&mut row, &retry);
         if row.verdict == Verdict::Pass {
             match &retry {
@@ -544,11 +600,93 @@ impl<W> RetryCheck<W> {
                 }
                 Ok(_) => {}
                 Err(err) => row.fail(format!(
-                    "after the worker died, the retry answered {} ({})",
+                    "{died}, the retry answered {} ({})",
                     err.code(),
                     err.message()
                 )),
             }
+        }
+        row
+    }
+
+    /// The worker dies at each write of each step in turn, on a fresh scene each.
+    async fn crash_at_step(&self, t: &Target<'_>) -> Row {
+        let steps: Vec<&Boundary> = t.writes.iter().filter(|b| b.is_step()).collect();
+        if steps.is_empty() {
+            return Row::not_run(
+                Scenario::CrashAtStep,
+                "the call ran no `ctx.once` step: its writes are its reservation and its record, which the other crash rows try",
+            );
+        }
+        let mut retries = Vec::new();
+        let mut row = Row::new(Scenario::CrashAtStep, 1, 0);
+        let mut failed: Option<Row> = None;
+        for at in &steps {
+            let scene = self.scene();
+            let mut judged = Row::new(Scenario::CrashAtStep, 1, 0);
+            let Some(crashed) = self.crash_at(t, &scene, Some(at), Action::Die).await else {
+                judged.fail(format!(
+                    "the body did not reach {at} within {} s",
+                    BODY_LIMIT.as_secs()
+                ));
+                failed.get_or_insert(judged);
+                continue;
+            };
+            let Crashed {
+                retry,
+                recovered,
+                effects,
+                ..
+            } = crashed;
+            judged.observed = effects;
+            let died = format!("after the worker died at {at}");
+            let twice = if recovered {
+                "the recover hook found nothing, though the dead worker had acted before it died: it must look for the effects of the body and of every step by what the key names"
+            } else {
+                "the dead worker's call was not seen by the next worker"
+            };
+            effects_verdict(
+                &mut judged,
+                t,
+                &format!("{died}, the retry ran again"),
+                twice,
+            );
+            match &retry {
+                Ok(out) if effects == 0 => judged.fail(format!(
+                    "skipped work: {died} (before acting), the retry answered {}{} though nothing was done",
+                    if out.replayed { "with a replay" } else { "ok" },
+                    looked_up(recovered, &retry)
+                )),
+                Ok(_) => {}
+                // Unknown: the effect happened or not, and the model is told so.
+                Err(err) if err.is(ErrorCode::OutcomeUnknown) => judged.expected = effects,
+                Err(err) => judged.fail(format!(
+                    "{died}, the retry answered {} ({})",
+                    err.code(),
+                    err.message()
+                )),
+            }
+            lapsed_or_fail(&mut judged, &retry);
+            if let Some(what) = lock(&scene.unrecorded).first() {
+                judged.fail(format!("{died}, the store never took the record of {what}"));
+            }
+            retries.push(retry);
+            if judged.verdict == Verdict::Fail {
+                failed.get_or_insert(judged);
+            } else if judged.observed >= row.observed {
+                row.expected = judged.expected;
+                row.observed = judged.observed;
+            }
+        }
+        row.answer = format!(
+            "{} step writes, the worker died at each: retries {}",
+            steps.len(),
+            tally(&retries)
+        );
+        if let Some(failed) = failed {
+            row.expected = failed.expected;
+            row.observed = failed.observed;
+            row.fail(failed.reason.unwrap_or_default());
         }
         row
     }
@@ -560,29 +698,32 @@ impl<W> RetryCheck<W> {
                 "no key: nothing is reserved before the body runs",
             );
         }
-        let control = Control::new();
-        control.die_after_reserve();
-        let dead = self.controlled(scene, &control);
-        let first = self.spawn_call(&dead);
-        let reserved = control.record_reached(BODY_LIMIT).await;
-        first.abort();
+        let reserve = Boundary {
+            op: WriteOp::Reserve,
+            holder: Holder::Tool,
+            nth: 0,
+        };
         let mut row = Row::new(Scenario::CrashBeforeEffect, 0, 0);
-        if !reserved {
+        let Some(crashed) = self
+            .crash_at(t, scene, Some(&reserve), Action::DieAfter)
+            .await
+        else {
             row.fail(format!(
                 "the call did not reserve its key within {} s",
                 BODY_LIMIT.as_secs()
             ));
             return row;
-        }
-        lapse(t, scene);
-        let next = self.worker(scene, scene.store.clone(), None);
-        let retry = self.call(&next, &self.args).await;
-        scene.drain(&next).await;
-        let recovered = next.stats().recovered > 0;
+        };
+        let Crashed {
+            retry,
+            recovered,
+            effects,
+            ..
+        } = crashed;
         // With a recover hook the retry must find nothing and act; without one it is told the
         // outcome is unknown, and nothing is done.
         row.expected = usize::from(recovered);
-        row.observed = self.effects_in(scene);
+        row.observed = effects;
         row.answer = format!(
             "worker died before acting; retry {}{}",
             code(&retry),
@@ -613,7 +754,7 @@ impl<W> RetryCheck<W> {
     }
 
     async fn lease_lapse(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
-        let control = Control::new();
+        let control = Control::new(&self.tool);
         control.hold_records(true);
         control.fail_renewals();
         let slow = self.controlled(scene, &control);
@@ -747,7 +888,7 @@ fn looked_up(recovered: bool, retry: &Answer) -> &'static str {
 }
 
 /// `1 ok, 7 IN_PROGRESS`.
-fn tally(answers: &[Answer]) -> String {
+fn tally<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> String {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for answer in answers {
         let code = code(answer);
@@ -761,6 +902,10 @@ fn tally(answers: &[Answer]) -> String {
         .map(|(c, n)| format!("{n} {c}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn ticked(fields: &[String]) -> String {
