@@ -213,6 +213,7 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
+                (StoreFails, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
                 (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 1, 1, Pass),
@@ -281,6 +282,7 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
+                (StoreFails, 1, 1, Pass),
                 (Crash, 1, 2, Fail),
                 (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 1, 1, Pass),
@@ -355,6 +357,7 @@ async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
+                (StoreFails, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
                 (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 0, 0, Pass),
@@ -392,6 +395,7 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
                 (LostReply, 1, 1, Pass),
+                (StoreFails, 1, 1, Pass),
                 (Crash, 1, 1, Pass),
                 (CrashAtStep, 0, 0, NotRun),
                 (CrashBeforeEffect, 0, 0, Pass),
@@ -556,6 +560,24 @@ async fn never_looks(
     Ok(None)
 }
 
+/// Charges an order outside any step, then ships it in a step (issue 48, bug 3).
+#[tool(idempotent(key = "charge-then-ship:<order>"))]
+async fn charge_then_ship(
+    payments: State<Payments>,
+    ctx: &ToolContext,
+    /// The order.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    let charge = payments.charge(&order, cents, &note);
+    ctx.once("ship", async { Ok::<_, ToolError>(()) }).await?;
+    Ok(charge)
+}
+
 fn check_one<T: toolkey::Tool>(
     tool: &'static str,
     make: fn() -> T,
@@ -567,6 +589,15 @@ fn check_one<T: toolkey::Tool>(
         })
         .effects(|payments| payments.count())
         .store(backend)
+}
+
+/// The row a scenario of this name produced.
+fn named<'a>(report: &'a Report, name: &str) -> &'a toolkey::testing::Row {
+    report
+        .rows
+        .iter()
+        .find(|r| r.scenario.name() == name)
+        .unwrap_or_else(|| panic!("no row `{name}`\n{report}"))
 }
 
 /// Issue 48, bug 1: the worker must die at the tool's own record, after the charge, not at the
@@ -588,6 +619,29 @@ async fn a_step_before_the_effect_does_not_hide_a_recover_hook_that_never_looks(
             reason(&report, Crash).starts_with(
                 "did the work twice: after the worker died at the tool's record, the retry ran again; the recover hook found nothing, though the dead worker had acted"
             ),
+            "{report}"
+        );
+    }
+}
+
+/// Issue 48, bug 3: one failed reservation of the step after the charge answers a retryable
+/// `STORE_UNAVAILABLE` and frees the key; the retry charges twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effect_outside_any_step_is_done_twice_after_a_store_blip_at_the_step() {
+    for backend in backends() {
+        let report = check_one("charge_then_ship", || ChargeThenShip, backend)
+            .run()
+            .await;
+        assert!(!report.passed(), "{report}");
+        let row = named(&report, "store fails at a write");
+        assert_eq!(
+            (row.expected, row.observed, row.verdict),
+            (1, 2, Fail),
+            "{report}"
+        );
+        let why = row.reason.clone().unwrap_or_default();
+        assert!(
+            why.starts_with("did the work twice: the store failed step `ship`'s reservation once (not applied); the call answered STORE_UNAVAILABLE, which invites a retry, and its key was freed; the retry ran the body again, and what it did outside its steps was done again: a tool with steps must do each of its effects inside a `ctx.once` step"),
             "{report}"
         );
     }

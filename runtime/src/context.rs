@@ -214,6 +214,11 @@ impl ToolContext {
     /// (`send-0`, `send-1`). A step that failed with a retryable error recorded nothing, and may
     /// be tried again under its name.
     ///
+    /// Every effect of a tool with steps belongs inside a step. A step that fails in a way safe
+    /// to retry (the store could not be reached to reserve it) frees the call's key, and the
+    /// retry runs the body again: finished steps replay, but whatever the body did outside its
+    /// steps is done again. `toolkey::testing`'s "store fails at a write" row finds such a tool.
+    ///
     /// A step hands back its result as a replay would: recorded, then read back into its type.
     /// A result that does not read back (a field serde skips when writing and requires when
     /// reading, a NaN, which JSON writes as `null`) is found at the step's first run, and, the

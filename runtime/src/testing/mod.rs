@@ -14,6 +14,7 @@
 //! | retry, other arguments | one fingerprinted argument changed | 1 effect; `CONFLICT` |
 //! | concurrent duplicates | 8 calls at once (record writes held until the duplicates answer) | 1 effect |
 //! | record reply lost | the store applies the tool's record write and loses its reply | 1 effect; the outcome replayed and the status `completed` |
+//! | store fails at a write | every store write of the call in turn — the tool's reservation, each `ctx.once` step's reservation and record, the tool's record — fails once before it is applied, then (on a fresh store) is applied and loses its reply; the model retries | 1 effect; a retry that finishes, or an honest `OUTCOME_UNKNOWN`. A tool that acted outside its steps, then met a failed step reservation, fails here |
 //! | crash before record | the worker dies at the tool's own record write, after the body; its lease lapses; another worker gets the call | 1 effect: the recover hook finds it, or the answer says `OUTCOME_UNKNOWN` |
 //! | crash at a step's write | the worker dies at each write of each `ctx.once` step in turn (its reservation, its record), on a fresh store each; its lease lapses; another worker gets the call | at most 1 effect: the retry finishes the work once, or the answer says `OUTCOME_UNKNOWN` |
 //! | crash before effect | the worker dies once its key is reserved, before its body runs; its lease lapses; another worker gets the call | the recover hook finds nothing and the retry acts (1 effect), or the answer says `OUTCOME_UNKNOWN` (none); a hook that answers "found" without looking fails |
@@ -24,7 +25,7 @@
 //! notes every write (reservation, record, release, unknown mark, take-over) and whose record
 //! it is, the tool's or a step's. The fault rows then stop a fresh call at each of those writes.
 //! A worker that dies *before* its own reservation reaches the store has done nothing, so that
-//! boundary is not tried.
+//! boundary is left to the store row.
 //!
 //! Each scenario gets a fresh world (your fake system), a fresh store and fresh toolboxes, built
 //! by your closure over the store the check gives it. Leases lapse on a [`ManualClock`] the

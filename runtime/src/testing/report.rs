@@ -21,6 +21,10 @@ pub enum Scenario {
     /// The store applies the record write after the effect and loses its reply: the outcome is
     /// kept and replayed.
     LostReply,
+    /// The store fails each write of the call once, in turn — the tool's reservation, each
+    /// `ctx.once` step's reservation and record, the tool's record — first before applying it,
+    /// then applying it and losing its reply; the model retries: one effect.
+    StoreFails,
     /// The worker dies at the tool's own record write, after the effect; after its lease
     /// lapses another worker gets the call: the recover hook finds the effect, or the answer
     /// says unknown.
@@ -43,13 +47,14 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order a check runs them.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Replay,
         Scenario::Timeout,
         Scenario::Reworded,
         Scenario::OtherArguments,
         Scenario::Concurrent,
         Scenario::LostReply,
+        Scenario::StoreFails,
         Scenario::Crash,
         Scenario::CrashAtStep,
         Scenario::CrashBeforeEffect,
@@ -66,6 +71,7 @@ impl Scenario {
             Scenario::OtherArguments => "retry, other arguments",
             Scenario::Concurrent => "concurrent duplicates",
             Scenario::LostReply => "record reply lost",
+            Scenario::StoreFails => "store fails at a write",
             Scenario::Crash => "crash before record",
             Scenario::CrashAtStep => "crash at a step's write",
             Scenario::CrashBeforeEffect => "crash before effect",

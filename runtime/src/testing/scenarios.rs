@@ -12,7 +12,7 @@ use super::vary::{changed_fields, Fields};
 use super::worker::{Action, Boundary, Control, Holder, WorkerStore, WriteOp};
 use super::RetryCheck;
 use crate::store::{ManualClock, Store};
-use crate::{ErrorCode, Story, ToolDefinition, ToolError, ToolOutput, Toolbox};
+use crate::{ErrorCode, Story, ToolContext, ToolDefinition, ToolError, ToolOutput, Toolbox};
 
 /// The timeout of the timeout scenario; its record write is held until the retries answered.
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -64,6 +64,11 @@ impl Target<'_> {
     fn tool_record(&self) -> Option<&Boundary> {
         self.writes.iter().find(|b| b.is_tool_record())
     }
+
+    /// The key holds the call's place in the run (`<ctx.step>`).
+    fn per_call(&self) -> bool {
+        self.def.key_follows_step()
+    }
 }
 
 /// A worker killed at one write, and the next worker's retry once its lease lapsed.
@@ -73,6 +78,19 @@ struct Crashed {
     /// The retry asked the recover hook.
     recovered: bool,
     effects: usize,
+}
+
+/// A call the store failed once at one write, and the model's retry.
+struct Faulted {
+    at: Boundary,
+    action: Action,
+    first: Answer,
+    /// The tool's key was free after the first call: its record was released.
+    freed: bool,
+    retry: Answer,
+    effects: usize,
+    /// A write the store never took.
+    unrecorded: Option<String>,
 }
 
 impl<W> RetryCheck<W> {
@@ -142,6 +160,7 @@ impl<W> RetryCheck<W> {
             Scenario::OtherArguments => self.other_arguments(t, scene).await,
             Scenario::Concurrent => self.concurrent(t, scene).await,
             Scenario::LostReply => self.lost_reply(t, scene).await,
+            Scenario::StoreFails => self.store_fails(t).await,
             Scenario::Crash => self.crash(t, scene).await,
             Scenario::CrashAtStep => self.crash_at_step(t).await,
             Scenario::CrashBeforeEffect => self.crash_before_effect(t, scene).await,
@@ -209,6 +228,16 @@ impl<W> RetryCheck<W> {
 
     async fn call(&self, toolbox: &Toolbox, args: &Value) -> Answer {
         toolbox.call(&self.tool, args.clone(), &self.context).await
+    }
+
+    /// The model's `n`th retry of the check's call: a new tool call, at the `n`th step after
+    /// the first call's in the same run, with a tool call id of its own.
+    fn model_call(&self, n: u64) -> ToolContext {
+        let step = self.context.step().unwrap_or(0) + n;
+        self.context
+            .clone()
+            .with_step(step)
+            .with_tool_call_id(format!("retry-check-{step}"))
     }
 
     /// The check's call on `toolbox`, in a task of its own (a worker the scenario then kills,
@@ -512,6 +541,136 @@ impl<W> RetryCheck<W> {
             ));
         }
         row
+    }
+
+    /// Each write of the call fails once, in turn (before it is applied, then applied with its
+    /// reply lost), and the model retries.
+    async fn store_fails(&self, t: &Target<'_>) -> Row {
+        if t.writes.is_empty() {
+            return Row::not_run(
+                Scenario::StoreFails,
+                "the call writes nothing to the store (no key): a store failure cannot reach it",
+            );
+        }
+        let mut runs = Vec::new();
+        for at in &t.writes {
+            for action in [Action::FailBefore, Action::LoseReply] {
+                if let Some(run) = self.store_fault(t, at, action).await {
+                    runs.push(run);
+                }
+            }
+        }
+        let answer = format!(
+            "{} writes, each failed once, then each reply lost: {}; retries {}",
+            t.writes.len(),
+            tally(runs.iter().map(|r| &r.first)),
+            tally(runs.iter().map(|r| &r.retry))
+        );
+        let most = runs.iter().map(|r| r.effects).max().unwrap_or(0);
+        let mut row = Row::new(Scenario::StoreFails, 1, most).answer(answer);
+        let steps = t.writes.iter().any(Boundary::is_step);
+        for run in &runs {
+            let mut judged = Row::new(Scenario::StoreFails, 1, run.effects);
+            let fault = format!(
+                "the store failed {} once ({})",
+                run.at,
+                run.action.describe()
+            );
+            if judged.observed > judged.expected {
+                let invites = if invites_retry(&run.first) {
+                    ", which invites a retry,"
+                } else {
+                    ""
+                };
+                let freed = if run.freed {
+                    " and its key was freed"
+                } else {
+                    ""
+                };
+                let then = match no_key(t.def) {
+                    Some(cause) => format!("the retry ran again; {cause}"),
+                    None if run.freed && steps => "the retry ran the body again, and what it did outside its steps was done again: a tool with steps must do each of its effects inside a `ctx.once` step (a retry does not do a finished step again; the rest of the body it does)".to_string(),
+                    None if run.freed => "the retry ran the body again: an answer that frees the key must mean that nothing was done".to_string(),
+                    None => "the retry ran again".to_string(),
+                };
+                let times = match judged.observed {
+                    2 => "twice".to_string(),
+                    n => format!("{n} times"),
+                };
+                judged.fail(format!(
+                    "did the work {times}: {fault}; the call answered {}{invites}{freed}; {then}",
+                    code(&run.first)
+                ));
+            }
+            match &run.retry {
+                Ok(out) if judged.observed == 0 => judged.fail(format!(
+                    "skipped work: after {fault}, the retry answered {} though nothing was done",
+                    if out.replayed { "with a replay" } else { "ok" }
+                )),
+                Ok(_) => {}
+                Err(err) if err.is(ErrorCode::OutcomeUnknown) => {}
+                Err(err) => judged.fail(format!(
+                    "after {fault}, the call answered {} and the retry {} ({}): one failed write must not keep the call from finishing",
+                    code(&run.first),
+                    err.code(),
+                    err.message()
+                )),
+            }
+            if let Some(what) = &run.unrecorded {
+                judged.fail(format!(
+                    "after {fault}, the store never took the record of {what}"
+                ));
+            }
+            if judged.verdict == Verdict::Fail {
+                row.expected = judged.expected;
+                row.observed = judged.observed;
+                row.fail(judged.reason.unwrap_or_default());
+                break;
+            }
+        }
+        row
+    }
+
+    /// One call whose write `at` the store fails once (`action`), then the model's retry: a
+    /// new tool call with the same key (for a tool keyed on its place in the run, the same call
+    /// again, the model's new call being the model retry row's).
+    async fn store_fault(&self, t: &Target<'_>, at: &Boundary, action: Action) -> Option<Faulted> {
+        let scene = self.scene();
+        let control = Control::new(&self.tool);
+        control.fault(at.clone(), action);
+        let w = self.controlled(&scene, &control);
+        let first = self.call(&w, &self.args).await;
+        scene.drain(&w).await;
+        if !control.fired() {
+            // This call did not make that write (a body that writes otherwise each time).
+            return None;
+        }
+        let freed = match control.tool_keys().first() {
+            Some(key) => matches!(scene.store.get(key).await, Ok(None)),
+            None => false,
+        };
+        let ctx = if t.per_call() {
+            self.context.clone()
+        } else {
+            self.model_call(1)
+        };
+        let mut retry = w.call(&self.tool, self.args.clone(), &ctx).await;
+        if matches!(&retry, Err(err) if err.is(ErrorCode::InProgress)) {
+            // A reservation the failed write left behind: the retry after its lease lapsed.
+            lapse(t, &scene);
+            retry = w.call(&self.tool, self.args.clone(), &ctx).await;
+        }
+        scene.drain(&w).await;
+        let unrecorded = lock(&scene.unrecorded).first().cloned();
+        Some(Faulted {
+            at: at.clone(),
+            action,
+            first,
+            freed,
+            retry,
+            effects: self.effects_in(&scene),
+            unrecorded,
+        })
     }
 
     /// The worker dies at `at` (`action`), or where the call answered when it never gets
@@ -902,6 +1061,11 @@ fn tally<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> String {
         .map(|(c, n)| format!("{n} {c}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// An answer that tells the model to call again.
+fn invites_retry(answer: &Answer) -> bool {
+    matches!(answer, Err(err) if err.is_retryable())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

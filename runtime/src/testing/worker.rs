@@ -2,7 +2,7 @@
 //! tool's record write (a body slow after its effect), fail the renewals (a worker cut off from
 //! the store), and one fault at one store-write boundary of the call — the worker dies there (a
 //! process killed), dies just after it (killed once the key is reserved), or the store fails
-//! that write once (applied with its reply lost).
+//! that write once (not applied, or applied with its reply lost).
 //!
 //! A boundary is named by what the call writes, not by when: the `nth` write `op` of the tool's
 //! own record or of one `ctx.once` step's, told apart by the label and key each reservation
@@ -89,13 +89,28 @@ pub(crate) enum Action {
     Die,
     /// The write is applied, then the worker dies before it hears the answer.
     DieAfter,
+    /// The store fails the write once, before applying it.
+    FailBefore,
     /// The store applies the write and its reply is lost, once.
     LoseReply,
+}
+
+impl Action {
+    /// `not applied`, `applied, its reply lost`.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Action::Die => "the worker died before it reached the store",
+            Action::DieAfter => "applied, then the worker died",
+            Action::FailBefore => "not applied",
+            Action::LoseReply => "applied, its reply lost",
+        }
+    }
 }
 
 /// What the gate lets a write do.
 enum Fate {
     Go,
+    FailBefore,
     LoseReply,
     DieAfter,
 }
@@ -107,6 +122,8 @@ struct Seen {
     holders: HashMap<(String, String), Holder>,
     counts: HashMap<(WriteOp, Holder), usize>,
     writes: Vec<Boundary>,
+    /// The tool's own record keys, in the order reserved.
+    tool_keys: Vec<RecordKey>,
 }
 
 /// The switches of one worker.
@@ -175,6 +192,11 @@ impl Control {
         lock(&self.seen).writes.clone()
     }
 
+    /// The tool's own record keys this worker reserved (one per call it ran).
+    pub(crate) fn tool_keys(&self) -> Vec<RecordKey> {
+        lock(&self.seen).tool_keys.clone()
+    }
+
     /// Lets a write through, fails it, or kills the worker at it. `label`: the reservation's.
     async fn write(&self, op: WriteOp, rkey: &RecordKey, label: Option<&str>) -> Fate {
         self.alive().await;
@@ -184,6 +206,9 @@ impl Control {
             let holder = match label {
                 Some(label) => {
                     let holder = self.holder(label);
+                    if holder == Holder::Tool && !seen.holders.contains_key(&id) {
+                        seen.tool_keys.push(rkey.clone());
+                    }
                     seen.holders.insert(id, holder.clone());
                     holder
                 }
@@ -224,6 +249,10 @@ impl Control {
                     self.alive().await;
                 }
                 Action::DieAfter => return Fate::DieAfter,
+                Action::FailBefore => {
+                    self.fired.send_replace(true);
+                    return Fate::FailBefore;
+                }
                 Action::LoseReply => return Fate::LoseReply,
             }
         }
@@ -294,6 +323,7 @@ impl WorkerStore {
     ) -> Result<T, StoreError> {
         match self.control.write(op, rkey, label).await {
             Fate::Go => apply.await,
+            Fate::FailBefore => Err(unavailable("the store failed this write")),
             Fate::LoseReply => {
                 let _ = apply.await;
                 self.control.fired.send_replace(true);
