@@ -149,6 +149,7 @@ mod retry_check {
                 [
                     (Replay, 1, 1, Pass),
                     (Timeout, 1, 1, Pass),
+                    (ModelRetry, 1, 1, Pass),
                     (Reworded, 1, 1, Pass),
                     (OtherArguments, 1, 1, Pass),
                     (Concurrent, 1, 1, Pass),
@@ -184,6 +185,7 @@ mod retry_check {
                 [
                     (Replay, 1, 2, Fail),
                     (Timeout, 1, 3, Fail),
+                    (ModelRetry, 1, 3, Fail),
                     (Reworded, 1, 2, Fail),
                     (OtherArguments, 1, 2, Fail),
                     (Concurrent, 1, 8, Fail),

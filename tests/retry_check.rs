@@ -209,6 +209,7 @@ async fn a_keyed_tool_with_a_recover_hook_passes_every_row() {
             [
                 (Replay, 1, 1, Pass),
                 (Timeout, 1, 1, Pass),
+                (ModelRetry, 1, 1, Pass),
                 (Reworded, 1, 1, Pass),
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
@@ -278,6 +279,7 @@ async fn a_recover_hook_that_finds_nothing_charges_twice_after_a_crash() {
             [
                 (Replay, 1, 1, Pass),
                 (Timeout, 1, 1, Pass),
+                (ModelRetry, 1, 1, Pass),
                 (Reworded, 1, 1, Pass),
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
@@ -353,6 +355,7 @@ async fn a_key_that_leaves_out_the_month_refuses_the_next_month() {
             [
                 (Replay, 1, 1, Pass),
                 (Timeout, 1, 1, Pass),
+                (ModelRetry, 1, 1, Pass),
                 (Reworded, 1, 1, Pass),
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
@@ -391,6 +394,7 @@ async fn a_key_that_holds_free_text_charges_again_when_the_model_rewords_it() {
             [
                 (Replay, 1, 1, Pass),
                 (Timeout, 1, 1, Pass),
+                (ModelRetry, 1, 1, Pass),
                 (Reworded, 1, 2, Fail),
                 (OtherArguments, 1, 1, Pass),
                 (Concurrent, 1, 1, Pass),
@@ -578,6 +582,21 @@ async fn charge_then_ship(
     Ok(charge)
 }
 
+/// Refunds an order, keyed on the call's place in the run (issue 48, bug 2).
+#[tool(idempotent(key = "refund:<ctx.run_id>:<ctx.step>", status = false))]
+async fn refund_by_step(
+    payments: State<Payments>,
+    /// The order.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+    /// A note for the customer.
+    #[arg(ignore)]
+    note: String,
+) -> Result<String, ToolError> {
+    Ok(payments.charge(&order, cents, &note))
+}
+
 fn check_one<T: toolkey::Tool>(
     tool: &'static str,
     make: fn() -> T,
@@ -642,6 +661,28 @@ async fn an_effect_outside_any_step_is_done_twice_after_a_store_blip_at_the_step
         let why = row.reason.clone().unwrap_or_default();
         assert!(
             why.starts_with("did the work twice: the store failed step `ship`'s reservation once (not applied); the call answered STORE_UNAVAILABLE, which invites a retry, and its key was freed; the retry ran the body again, and what it did outside its steps was done again: a tool with steps must do each of its effects inside a `ctx.once` step"),
+            "{report}"
+        );
+    }
+}
+
+/// Issue 48, bug 2: a model that times out asks again as a new tool call, at a new step, which
+/// a key on `<ctx.step>` takes for a new action: the kit never calls such a tool safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_on_the_step_is_never_certified_against_the_models_retry() {
+    for backend in backends() {
+        let report = check_one("refund_by_step", || RefundByStep, backend)
+            .run()
+            .await;
+        assert!(!report.passed(), "{report}");
+        let panic = std::panic::catch_unwind(|| report.assert_retry_safe());
+        assert!(panic.is_err(), "{report}");
+        let row = named(&report, "model asks again");
+        assert_ne!(row.verdict, Pass, "{report}");
+        assert_eq!((row.expected, row.observed), (1, 3), "{report}");
+        let why = row.reason.clone().unwrap_or_default();
+        assert!(
+            why.contains("the key `refund:<ctx.run_id>:<ctx.step>` holds `<ctx.step>`"),
             "{report}"
         );
     }

@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | same call again | two calls | 1 effect; the second is a replay of the first |
 //! | timeout, retry, status | the tool's record write is held past a 100 ms timeout; a retry and a status call meanwhile | 1 effect; `IN_PROGRESS`, then `completed` and a replay |
+//! | model asks again | as the timeout row, but the model asks again as a *new* tool call, at the next step of its run with a new call id (as [`providers::openai::handle_tool_calls`](crate::providers::openai::handle_tool_calls) numbers them), and once more after the body ended | 1 effect; `IN_PROGRESS`, then a replay. A key on the call's place in the run (`<ctx.step>`) gives each new call a key of its own: the row says **CANNOT JUDGE**, never pass |
 //! | reworded retry | every `#[arg(ignore)]` field reworded, key fields respelled only as the key normalizes them, and your own rewordings | 1 effect; every retry a replay |
 //! | retry, other arguments | one fingerprinted argument changed | 1 effect; `CONFLICT` |
 //! | concurrent duplicates | 8 calls at once (record writes held until the duplicates answer) | 1 effect |
@@ -26,6 +27,15 @@
 //! it is, the tool's or a step's. The fault rows then stop a fresh call at each of those writes.
 //! A worker that dies *before* its own reservation reaches the store has done nothing, so that
 //! boundary is left to the store row.
+//!
+//! A row is **pass**, **FAIL**, **not run** (nothing to try; its reason says what would let it
+//! run) or **CANNOT JUDGE**: the kit cannot tell whether the tool is safe there, and
+//! [`Report::assert_retry_safe`] fails as it does for a failing row — the kit never calls such a
+//! tool safe. A key on `<ctx.step>` is that case: toolkey takes the model's retry for a new
+//! action, as it takes a second request, so only the model's obedience to "do not call again"
+//! stands between the user and a second effect. The model's retries keep the run id and event
+//! id: a key on `<ctx.run_id>` is judged for retries within a run (a run started anew rather
+//! than resumed is a new action under it, and the row notes so).
 //!
 //! Each scenario gets a fresh world (your fake system), a fresh store and fresh toolboxes, built
 //! by your closure over the store the check gives it. Leases lapse on a [`ManualClock`] the
@@ -79,7 +89,7 @@
 //! work twice (or skipped it) and why:
 //!
 //! ```text
-//! retry check of `send_invoice` on the memory store: 8 scenarios FAILED
+//! retry check of `send_invoice` on the memory store: 9 scenarios FAILED
 //!   scenario                 expected  observed  answer                     verdict
 //!   same call again                 1         2  ok, then ok                FAIL
 //!       FAIL: did the work twice: the same call, made again, ran again; `send_invoice` is `unkeyed`: ...

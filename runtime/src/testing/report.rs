@@ -10,6 +10,11 @@ pub enum Scenario {
     Replay,
     /// The caller times out while the body goes on; it retries, then asks the status tool.
     Timeout,
+    /// The caller times out, and the model asks again as a new tool call, at the next step of
+    /// its run (as the [provider adapters](crate::providers) number calls); once the body
+    /// ended, again. A key on the call's place in the run (`<ctx.step>`) gives each such call
+    /// a key of its own: the kit cannot judge that tool, and says so.
+    ModelRetry,
     /// A retry that rewords every `#[arg(ignore)]` field and respells key fields only as their
     /// normalization allows (and the rewordings given with
     /// [`reworded`](super::RetryCheck::reworded)): replays.
@@ -47,9 +52,10 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order a check runs them.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Replay,
         Scenario::Timeout,
+        Scenario::ModelRetry,
         Scenario::Reworded,
         Scenario::OtherArguments,
         Scenario::Concurrent,
@@ -67,6 +73,7 @@ impl Scenario {
         match self {
             Scenario::Replay => "same call again",
             Scenario::Timeout => "timeout, retry, status",
+            Scenario::ModelRetry => "model asks again",
             Scenario::Reworded => "reworded retry",
             Scenario::OtherArguments => "retry, other arguments",
             Scenario::Concurrent => "concurrent duplicates",
@@ -95,6 +102,10 @@ pub enum Verdict {
     Pass,
     /// Work done twice, work skipped, or an answer that misleads the model.
     Fail,
+    /// The kit cannot tell whether the tool is safe here (its reason says why): never "safe".
+    /// A tool keyed on its place in the run (`<ctx.step>`) is the case: toolkey takes the
+    /// model's retry for a new action, as it takes a second request.
+    CannotJudge,
     /// The scenario had nothing to try (its reason says what would let it run).
     NotRun,
 }
@@ -104,6 +115,7 @@ impl fmt::Display for Verdict {
         f.write_str(match self {
             Verdict::Pass => "pass",
             Verdict::Fail => "FAIL",
+            Verdict::CannotJudge => "CANNOT JUDGE",
             Verdict::NotRun => "not run",
         })
     }
@@ -123,8 +135,8 @@ pub struct Row {
     pub answer: String,
     /// Whether it held.
     pub verdict: Verdict,
-    /// For a failing row, what went wrong and why; for a row not run, why not; for a row that
-    /// held, a note on how (an unknown outcome for want of a recover hook).
+    /// For a failing row, what went wrong and why; for a row not run or not judged, why not;
+    /// for a row that held, a note on how (an unknown outcome for want of a recover hook).
     pub reason: Option<String>,
 }
 
@@ -166,6 +178,14 @@ impl Row {
             self.reason = Some(why.into());
         }
     }
+
+    /// Says the kit cannot judge the row, unless it already failed or was not judged.
+    pub(crate) fn cannot_judge(&mut self, why: impl Into<String>) {
+        if matches!(self.verdict, Verdict::Pass | Verdict::NotRun) {
+            self.verdict = Verdict::CannotJudge;
+            self.reason = Some(why.into());
+        }
+    }
 }
 
 /// Every scenario's row for one tool on one store.
@@ -181,14 +201,22 @@ pub struct Report {
 }
 
 impl Report {
-    /// True when no row failed.
+    /// True when no row failed and every row run was judged: the tool is retry-safe as far as
+    /// the catalogue goes.
     pub fn passed(&self) -> bool {
-        self.failures().next().is_none()
+        self.failures().next().is_none() && self.unjudged().next().is_none()
     }
 
     /// The failing rows.
     pub fn failures(&self) -> impl Iterator<Item = &Row> {
         self.rows.iter().filter(|r| r.verdict == Verdict::Fail)
+    }
+
+    /// The rows the kit could not judge.
+    pub fn unjudged(&self) -> impl Iterator<Item = &Row> {
+        self.rows
+            .iter()
+            .filter(|r| r.verdict == Verdict::CannotJudge)
     }
 
     /// The row of one scenario.
@@ -197,10 +225,17 @@ impl Report {
     }
 
     /// Panics with the whole table unless every scenario held: the assertion a test ends with.
+    /// A row the kit could not judge fails it too: the kit never calls such a tool safe.
     #[track_caller]
     pub fn assert_retry_safe(&self) {
-        if !self.passed() {
+        if self.failures().next().is_some() {
             panic!("`{}` is not retry-safe\n\n{self}", self.tool);
+        }
+        if !self.passed() {
+            panic!(
+                "`{}` cannot be judged retry-safe by this check\n\n{self}",
+                self.tool
+            );
         }
     }
 }
@@ -208,16 +243,26 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let failed = self.failures().count();
+        let unjudged = self.unjudged().count();
+        let mut verdict = match failed {
+            0 if unjudged == 0 => "every scenario held".to_string(),
+            0 => String::new(),
+            1 => "1 scenario FAILED".to_string(),
+            n => format!("{n} scenarios FAILED"),
+        };
+        if unjudged > 0 {
+            let sep = if failed > 0 { ", " } else { "" };
+            let rows = if unjudged == 1 {
+                "scenario"
+            } else {
+                "scenarios"
+            };
+            verdict.push_str(&format!("{sep}{unjudged} {rows} it CANNOT JUDGE"));
+        }
         writeln!(
             f,
-            "retry check of `{}` on the {} store: {}",
-            self.tool,
-            self.store,
-            match failed {
-                0 => "every scenario held".to_string(),
-                1 => "1 scenario FAILED".to_string(),
-                n => format!("{n} scenarios FAILED"),
-            }
+            "retry check of `{}` on the {} store: {verdict}",
+            self.tool, self.store,
         )?;
         let head = ["scenario", "expected", "observed", "answer", "verdict"];
         let cells: Vec<[String; 5]> = self
@@ -268,10 +313,10 @@ impl fmt::Display for Report {
         for (row, cells) in self.rows.iter().zip(&cells) {
             line(f, [&cells[0], &cells[1], &cells[2], &cells[3], &cells[4]])?;
             if let Some(reason) = &row.reason {
-                let mark = if row.verdict == Verdict::Fail {
-                    "FAIL"
-                } else {
-                    "note"
+                let mark = match row.verdict {
+                    Verdict::Fail => "FAIL",
+                    Verdict::CannotJudge => "CANNOT JUDGE",
+                    Verdict::Pass | Verdict::NotRun => "note",
                 };
                 writeln!(f, "      {mark}: {reason}")?;
             }

@@ -156,6 +156,7 @@ impl<W> RetryCheck<W> {
         let mut row = match scenario {
             Scenario::Replay => self.replay(t, scene).await,
             Scenario::Timeout => self.timeout(t, scene).await,
+            Scenario::ModelRetry => self.model_retry(t, scene).await,
             Scenario::Reworded => self.reworded_retries(t, scene).await,
             Scenario::OtherArguments => self.other_arguments(t, scene).await,
             Scenario::Concurrent => self.concurrent(t, scene).await,
@@ -334,6 +335,80 @@ impl<W> RetryCheck<W> {
                 "a retry after the body ended answered {} instead of replaying its outcome",
                 code(&last)
             ));
+        }
+        row
+    }
+
+    /// The model's own retry after a timeout: a new tool call at the next step of the run, and
+    /// once the body ended another.
+    async fn model_retry(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
+        let control = Control::new(&self.tool);
+        control.hold_records(true);
+        let store = WorkerStore {
+            inner: scene.store.clone(),
+            control: control.clone(),
+        };
+        let w = self.worker(scene, Arc::new(store), Some(TIMEOUT));
+        let first = self.call(&w, &self.args).await;
+        let (asks, again) = (self.model_call(1), self.model_call(2));
+        let retry = w.call(&self.tool, self.args.clone(), &asks).await;
+        control.hold_records(false);
+        scene.drain(&w).await;
+        let last = w.call(&self.tool, self.args.clone(), &again).await;
+        scene.drain(&w).await;
+        let step = |ctx: &ToolContext| ctx.step().unwrap_or_default();
+        let mut row = Row::new(Scenario::ModelRetry, 1, self.effects_in(scene)).answer(format!(
+            "{}; the model asks again (step {}): {}; after the body (step {}): {}",
+            code(&first),
+            step(&asks),
+            code(&retry),
+            step(&again),
+            code(&last)
+        ));
+        let template = t.fields.template().unwrap_or_default();
+        let invited = invites_retry(&first) || invites_retry(&retry);
+        if t.per_call() && !invited {
+            let times = row.observed;
+            row.cannot_judge(if times > row.expected {
+                format!(
+                    "the model asked again as a new tool call (step {}), and the key `{template}` holds `<ctx.step>`, so toolkey took each new call for a new action: the tool acted {times} times. Under such a key the model's retry and a second request are one to toolkey, and its answers tell the model not to call again, which a model may not heed; key the tool on what names the action (an order, an invoice number) for this check to judge it",
+                    step(&asks)
+                )
+            } else {
+                format!(
+                    "the key `{template}` holds `<ctx.step>`: toolkey gave the model's retry a key of its own, and only the tool's own check kept it from acting again, which this check cannot judge under crashes and concurrent retries; key the tool on what names the action for this check to judge it"
+                )
+            });
+            return row;
+        }
+        let invitation = if invited {
+            ", as the answer invited,"
+        } else {
+            ""
+        };
+        effects_verdict(
+            &mut row,
+            t,
+            &format!(
+                "the model's retry, a new tool call at step {}{invitation} ran again",
+                step(&asks)
+            ),
+            if t.per_call() {
+                "the key holds `<ctx.step>`, so the model's retry got a key of its own, and an answer invited it"
+            } else {
+                "the retry got the first call's key, and was not answered from its record"
+            },
+        );
+        if !matches!(&last, Ok(out) if out.replayed) && row.observed == 1 {
+            row.fail(format!(
+                "the model's retry after the body ended answered {} instead of replaying its outcome",
+                code(&last)
+            ));
+        }
+        if template.contains("<ctx.run_id>") {
+            row.note("the model's retry keeps its run: a call in another run (a run started anew rather than resumed) is a new action under this key, and was not tried");
+        } else if template.contains("<ctx.event_id>") {
+            row.note("the model's retry keeps its event: every delivery of one event must carry one `ctx.event_id`, or it is a new action under this key");
         }
         row
     }
