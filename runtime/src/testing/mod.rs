@@ -22,6 +22,9 @@
 //! | lease lapses, slow body | the tool's record write is held and the renewals fail until the lease lapses; another worker gets the call | 1 effect; the first call does not claim a second |
 //! | another action | your [`other_action`](RetryCheck::other_action) after the first call | 2 effects |
 //!
+//! Every row also checks the first call alone: one effect, and an answer that says so (an error
+//! after the effect that invites a retry frees the key, and the retry acts again).
+//!
 //! The write boundaries are found by a probe: before the rows, one call runs on a store that
 //! notes every write (reservation, record, release, unknown mark, take-over) and whose record
 //! it is, the tool's or a step's. The fault rows then stop a fresh call at each of those writes.

@@ -260,9 +260,32 @@ impl<W> RetryCheck<W> {
         )
     }
 
+    /// The status tool's answer when asked with the key's fields alone, as its schema allows:
+    /// the key it derives itself, not the tool's from a whole call.
+    async fn status_by_key(&self, toolbox: &Toolbox, t: &Target<'_>) -> Option<(String, String)> {
+        let name = t.def.status_tool()?;
+        let names = t.def.key_arguments();
+        let args: serde_json::Map<String, Value> = self
+            .args
+            .as_object()?
+            .iter()
+            .filter(|(k, _)| names.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if args.is_empty() {
+            return None;
+        }
+        let status = match toolbox.call(name, Value::Object(args), &self.context).await {
+            Ok(out) => out.value["status"].as_str().unwrap_or("?").to_string(),
+            Err(err) => err.code().to_string(),
+        };
+        Some((ticked(&names), status))
+    }
+
     async fn replay(&self, t: &Target<'_>, scene: &Scene<W>) -> Row {
         let w = self.worker(scene, scene.store.clone(), None);
         let first = self.call(&w, &self.args).await;
+        let acted = self.effects_in(scene);
         let again = self.call(&w, &self.args).await;
         scene.drain(&w).await;
         let mut row = Row::new(Scenario::Replay, 1, self.effects_in(scene)).answer(format!(
@@ -270,7 +293,7 @@ impl<W> RetryCheck<W> {
             code(&first),
             code(&again)
         ));
-        first_acted(&mut row, &first);
+        first_acted(&mut row, &first, acted);
         effects_verdict(
             &mut row,
             t,
@@ -295,6 +318,7 @@ impl<W> RetryCheck<W> {
         control.hold_records(false);
         scene.drain(&w).await;
         let status_done = self.status(&w, t.def).await;
+        let by_key = self.status_by_key(&w, t).await;
         let last = self.call(&w, &self.args).await;
         scene.drain(&w).await;
         let mut answer = format!("{}, retry {}", code(&first), code(&retry));
@@ -328,6 +352,11 @@ impl<W> RetryCheck<W> {
             row.fail(format!(
                 "the status tool answered `{}` after the body ended, not `completed`: the model cannot learn the outcome",
                 status_done.unwrap_or_default()
+            ));
+        }
+        if let Some((fields, status)) = by_key.filter(|(_, s)| s != "completed") {
+            row.fail(format!(
+                "the status tool, asked with the key's fields alone ({fields}), answered `{status}` after the body ended, not `completed`: it reads another key than the tool's"
             ));
         }
         if !matches!(&last, Ok(out) if out.replayed) && row.observed == 1 {
@@ -430,6 +459,7 @@ impl<W> RetryCheck<W> {
         }
         let w = self.worker(scene, scene.store.clone(), None);
         let first = self.call(&w, &self.args).await;
+        let acted = self.effects_in(scene);
         let mut answers = Vec::new();
         for retry in &retries {
             answers.push(self.call(&w, &retry.args).await);
@@ -448,7 +478,7 @@ impl<W> RetryCheck<W> {
             format!("{}, then {}", code(&first), codes.join(", "))
         };
         let mut row = Row::new(Scenario::Reworded, 1, self.effects_in(scene)).answer(answer);
-        first_acted(&mut row, &first);
+        first_acted(&mut row, &first, acted);
         for (retry, answer) in retries.iter().zip(&answers) {
             let changed = changed_fields(&self.args, &retry.args);
             let in_key: Vec<String> = changed
@@ -505,11 +535,12 @@ impl<W> RetryCheck<W> {
         };
         let w = self.worker(scene, scene.store.clone(), None);
         let first = self.call(&w, &self.args).await;
+        let acted = self.effects_in(scene);
         let again = self.call(&w, &retry.args).await;
         scene.drain(&w).await;
         let mut row = Row::new(Scenario::OtherArguments, 1, self.effects_in(scene))
             .answer(format!("{}, then {}", code(&first), code(&again)));
-        first_acted(&mut row, &first);
+        first_acted(&mut row, &first, acted);
         effects_verdict(
             &mut row,
             t,
@@ -584,6 +615,7 @@ impl<W> RetryCheck<W> {
         }
         let w = self.controlled(scene, &control);
         let first = self.call(&w, &self.args).await;
+        let acted = self.effects_in(scene);
         scene.drain(&w).await;
         let again = self.call(&w, &self.args).await;
         let status = self.status(&w, t.def).await;
@@ -596,7 +628,7 @@ impl<W> RetryCheck<W> {
             answer.push_str(" (no record write to lose)");
         }
         let mut row = Row::new(Scenario::LostReply, 1, self.effects_in(scene)).answer(answer);
-        first_acted(&mut row, &first);
+        first_acted(&mut row, &first, acted);
         effects_verdict(
             &mut row,
             t,
@@ -873,6 +905,10 @@ impl<W> RetryCheck<W> {
                 ..
             } = crashed;
             judged.observed = effects;
+            if matches!(&retry, Err(err) if err.is(ErrorCode::OutcomeUnknown)) && effects <= 1 {
+                // Unknown: the effect happened or not, and the model is told so.
+                judged.expected = effects;
+            }
             let died = format!("after the worker died at {at}");
             let twice = if recovered {
                 "the recover hook found nothing, though the dead worker had acted before it died: it must look for the effects of the body and of every step by what the key names"
@@ -892,8 +928,7 @@ impl<W> RetryCheck<W> {
                     looked_up(recovered, &retry)
                 )),
                 Ok(_) => {}
-                // Unknown: the effect happened or not, and the model is told so.
-                Err(err) if err.is(ErrorCode::OutcomeUnknown) => judged.expected = effects,
+                Err(err) if err.is(ErrorCode::OutcomeUnknown) => {}
                 Err(err) => judged.fail(format!(
                     "{died}, the retry answered {} ({})",
                     err.code(),
@@ -1059,6 +1094,7 @@ impl<W> RetryCheck<W> {
         };
         let w = self.worker(scene, scene.store.clone(), None);
         let first = self.call(&w, &self.args).await;
+        let acted = self.effects_in(scene);
         let second = self.call(&w, other).await;
         scene.drain(&w).await;
         let mut row = Row::new(Scenario::OtherAction, 2, self.effects_in(scene)).answer(format!(
@@ -1066,7 +1102,7 @@ impl<W> RetryCheck<W> {
             code(&first),
             code(&second)
         ));
-        first_acted(&mut row, &first);
+        first_acted(&mut row, &first, acted);
         let differ = ticked(&changed_fields(&self.args, other));
         let key = t
             .fields
@@ -1077,15 +1113,37 @@ impl<W> RetryCheck<W> {
             Err(err) if err.is(ErrorCode::Conflict) => row.fail(format!(
                 "skipped work: the other action was refused as a CONFLICT: {key} does not tell it from the first (they differ in {differ}); put what tells actions apart in the key"
             )),
-            Ok(out) if out.replayed => row.fail(format!(
-                "skipped work: the other action was answered with the first one's result: {key} does not tell them apart (they differ in {differ})"
-            )),
+            Ok(out) if out.replayed => {
+                let changed = changed_fields(&self.args, other);
+                let ignored: Vec<String> = changed
+                    .iter()
+                    .filter(|f| t.def.ignored_arguments().contains(f))
+                    .cloned()
+                    .collect();
+                let hint = if ignored.is_empty() {
+                    String::new()
+                } else {
+                    let is = if ignored.len() == 1 { "is" } else { "are" };
+                    format!(
+                        "; {} {is} `#[arg(ignore)]`: an argument that changes the effect must reach the fingerprint",
+                        ticked(&ignored)
+                    )
+                };
+                row.fail(format!(
+                    "skipped work: the other action was answered with the first one's result: {key} does not tell them apart (they differ in {differ}){hint}"
+                ))
+            }
             Err(err) => row.fail(format!(
                 "the other action answered {} ({})",
                 err.code(),
                 err.message()
             )),
             Ok(_) => {}
+        }
+        if matches!(&second, Ok(out) if !out.replayed) && row.observed < row.expected {
+            row.fail(format!(
+                "skipped work: the other action answered ok and made no effect: something under {key} — a step's key, or the key the outside system deduplicates by — is shared with the first action (they differ in {differ})"
+            ));
         }
         effects_verdict(
             &mut row,
@@ -1198,9 +1256,31 @@ fn effects_verdict(row: &mut Row, t: &Target<'_>, what: &str, keyed_cause: &str)
     }
 }
 
-/// The example arguments must make the tool act.
-fn first_acted(row: &mut Row, first: &Answer) {
-    if let Err(err) = first {
+/// The example arguments must make the tool act, once: `acted` effects were counted after the
+/// first call.
+fn first_acted(row: &mut Row, first: &Answer, acted: usize) {
+    if acted > 1 {
+        row.fail(format!(
+            "the first call alone made {acted} effects: the body acts more than once in one call (a loop, or a retry inside the body that the outside system does not deduplicate)"
+        ));
+        return;
+    }
+    let Err(err) = first else {
+        return;
+    };
+    if acted == 1 && err.is_retryable() && !err.is(ErrorCode::OutcomeUnknown) {
+        row.fail(format!(
+            "the first call acted and answered {} ({}), which invites a retry: such an answer frees the key, so the effect is never recorded and the retry acts again; once the tool may have acted, answer `ToolError::outcome_unknown(..)` or its result",
+            err.code(),
+            err.message()
+        ));
+    } else if acted == 1 && !err.is(ErrorCode::OutcomeUnknown) {
+        row.fail(format!(
+            "the first call acted and answered {} ({}): the model is told the call failed, though it acted",
+            err.code(),
+            err.message()
+        ));
+    } else {
         row.fail(format!(
             "the first call answered {} ({}): give arguments that make the tool act",
             err.code(),
