@@ -1128,3 +1128,125 @@ async fn a_retry_limit_reached_while_the_outcome_is_unknown_says_the_action_may_
     let status = toolbox.call("refund_status", args, &ctx("acme")).await;
     assert_eq!(status.unwrap().value["status"], "unknown");
 }
+
+// ---------------------------------------------------------------------------------------------
+// What makes two calls one: the arguments as the tool receives them, not the JSON as sent.
+
+/// Convert an amount at the market's rate. The market is down.
+#[tool(read_only, retry_limit = "3/10m")]
+async fn convert(
+    gateway: State<Gateway>,
+    /// The currency pair, for example "EURUSD".
+    pair: String,
+    /// The amount to convert.
+    amount: f64,
+    /// Skip the cached rate.
+    #[serde(default)]
+    fresh: bool,
+    /// The oldest rate accepted, in seconds.
+    max_age: Option<u32>,
+    /// Why the model asks: free text it may reword.
+    #[arg(ignore)]
+    #[serde(default)]
+    reason: String,
+) -> Result<String, ToolError> {
+    let _ = (amount, fresh, max_age, reason);
+    gateway.attempt(format!("convert:{pair}"))?;
+    Ok(format!("{pair}=1.08"))
+}
+
+/// A model that keeps asking the same conversion, spelling it another way each time: a default
+/// spelled out, `5` as `5.0`, fields in another order, its free-text reason reworded, `null` for
+/// an absent `Option`. All one call, as the tool receives it: three attempts under a limit of
+/// three, then `RETRY_LIMIT` for every spelling. Counted by the JSON as sent, each spelling had
+/// an allowance of its own.
+#[tokio::test]
+async fn a_call_without_a_key_is_counted_by_what_the_tool_receives() {
+    let gateway = Gateway::down();
+    let toolbox = Toolbox::builder()
+        .shared_state(gateway.clone())
+        .tool(Convert)
+        .build()
+        .unwrap();
+    let ctx = ctx("shop");
+    let spellings = [
+        json!({"pair": "EURUSD", "amount": 5}),
+        json!({"pair": "EURUSD", "amount": 5, "fresh": false}),
+        json!({"amount": 5.0, "pair": "EURUSD"}),
+        json!({"pair": "EURUSD", "amount": 5, "reason": "the user asked"}),
+        json!({"pair": "EURUSD", "amount": 5, "max_age": null}),
+        json!({"reason": "asking again", "max_age": null, "fresh": false, "amount": 5.0, "pair": "EURUSD"}),
+    ];
+    let mut answers = Vec::new();
+    for round in 0..3 {
+        for args in &spellings {
+            let answer = toolbox.call("convert", args.clone(), &ctx).await;
+            answers.push((round, code(&answer)));
+        }
+    }
+    assert_eq!(gateway.attempts("convert:EURUSD"), 3, "{answers:?}");
+    let codes: Vec<&str> = answers.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(codes[..2], ["GATEWAY_BUSY", "GATEWAY_BUSY"], "{codes:?}");
+    assert!(codes[2..].iter().all(|c| *c == "RETRY_LIMIT"), "{codes:?}");
+    // What the tool receives differently is another call: it still runs.
+    for other in [
+        json!({"pair": "EURUSD", "amount": 5, "fresh": true}),
+        json!({"pair": "EURUSD", "amount": 6}),
+        json!({"pair": "EURUSD", "amount": 5, "max_age": 60}),
+    ] {
+        let answer = toolbox.call("convert", other.clone(), &ctx).await;
+        assert_eq!(code(&answer), "GATEWAY_BUSY", "{other}");
+    }
+    assert_eq!(gateway.attempts("convert:EURUSD"), 6);
+    // A success under one spelling clears the count of every spelling.
+    gateway.set_up(true);
+    let fresh = json!({"pair": "EURUSD", "amount": 5, "fresh": true});
+    assert_eq!(
+        code(&toolbox.call("convert", fresh.clone(), &ctx).await),
+        "ok"
+    );
+    gateway.set_up(false);
+    let respelled = json!({"fresh": true, "pair": "EURUSD", "amount": 5.0, "max_age": null});
+    let again = ScriptedModel::repeat(&toolbox, "convert", respelled, &ctx, 5).await;
+    assert_eq!(again.first("RETRY_LIMIT"), Some(2), "{:?}", again.answers);
+    assert_eq!(gateway.attempts("convert:EURUSD"), 10);
+}
+
+/// A route the model describes: read by the tool, never written back.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Route {
+    /// Where from.
+    from: String,
+    /// Where to.
+    to: String,
+}
+
+/// Price a route. Its argument's type is not `Serialize`: calls are counted by their JSON.
+#[tool(read_only, retry_limit = "2/10m")]
+async fn price_route(gateway: State<Gateway>, route: Route) -> Result<u64, ToolError> {
+    gateway.attempt(format!("route:{}-{}", route.from, route.to))?;
+    Ok(1)
+}
+
+/// A tool whose arguments cannot be written back still has its limit, by the canonical JSON.
+#[tokio::test]
+async fn arguments_that_cannot_be_written_back_are_counted_by_their_json() {
+    let gateway = Gateway::down();
+    let toolbox = Toolbox::builder()
+        .shared_state(gateway.clone())
+        .tool(PriceRoute)
+        .build()
+        .unwrap();
+    let ctx = ctx("shop");
+    let a = json!({"route": {"from": "Lyon", "to": "Lille"}});
+    let b = json!({"route": {"to": "Lille", "from": "Lyon"}});
+    let mut answers = Vec::new();
+    for args in [&a, &b, &a, &b] {
+        answers.push(code(&toolbox.call("price_route", args.clone(), &ctx).await));
+    }
+    assert_eq!(
+        answers,
+        ["GATEWAY_BUSY", "RETRY_LIMIT", "RETRY_LIMIT", "RETRY_LIMIT"]
+    );
+    assert_eq!(gateway.attempts("route:Lyon-Lille"), 2);
+}

@@ -26,6 +26,34 @@ const _: () = {
         /// Billing period as YYYY-MM.
         period: String,
     }
+    static __FINGERPRINT_SCHEMA: ::toolkey::__private::FingerprintSchema = ::toolkey::__private::FingerprintSchema::new(
+        "find_invoice",
+        ::toolkey::__private::schema_for::<__Args>,
+    );
+    #[allow(unused_mut, unused_variables)]
+    fn __arguments_fingerprint(
+        __args: &::toolkey::__private::serde_json::Value,
+    ) -> ::core::option::Option<::toolkey::__private::Fingerprint> {
+        #[allow(unused_imports)]
+        use ::toolkey::__private::{AddOpaque as _, AddSerializable as _};
+        let __a: __Args = ::toolkey::__private::parse_args(
+                "find_invoice",
+                __args,
+                ::toolkey::__private::schema_for::<__Args>,
+            )
+            .ok()?;
+        let mut __f = ::toolkey::__private::FingerprintFields::new(
+            &__FINGERPRINT_SCHEMA,
+        );
+        let mut __all = true;
+        __all
+            &= (&::toolkey::__private::FingerprintArg(&__a.customer))
+                .add_to(&mut __f, "customer");
+        __all
+            &= (&::toolkey::__private::FingerprintArg(&__a.period))
+                .add_to(&mut __f, "period");
+        if __all { __f.finish().ok() } else { ::core::option::Option::None }
+    }
     #[automatically_derived]
     impl ::toolkey::__private::Tool for FindInvoice {
         fn definition(&self) -> ::toolkey::__private::ToolDefinition {
@@ -58,6 +86,7 @@ const _: () = {
                     ),
                 )
                 .with_settings(__settings)
+                .with_arguments_fingerprint(__arguments_fingerprint)
                 .with_need(::toolkey::__private::StateNeed::of::<Billing>())
         }
         fn prepare(

@@ -94,6 +94,37 @@ pub fn fingerprint(fields: FingerprintFields<'_>) -> Result<Fingerprint, ToolErr
         .map_err(|e| texts::unfingerprintable(&e.to_string()))
 }
 
+/// One argument of a tool without a key, on its way into the fingerprint its retry limit
+/// counts calls by: added when its type is `Serialize` ([`AddSerializable`]), else the
+/// fingerprint is given up ([`AddOpaque`], found second by method lookup), and calls are
+/// counted by their JSON, so that no tool needs `Serialize` arguments for its limit.
+pub struct FingerprintArg<'a, T: ?Sized>(pub &'a T);
+
+/// See [`FingerprintArg`].
+pub trait AddSerializable {
+    /// Adds the argument as field `name`; true.
+    fn add_to(&self, fields: &mut FingerprintFields<'_>, name: &'static str) -> bool;
+}
+
+impl<T: serde::Serialize + ?Sized> AddSerializable for FingerprintArg<'_, T> {
+    fn add_to(&self, fields: &mut FingerprintFields<'_>, name: &'static str) -> bool {
+        fields.field(name, self.0);
+        true
+    }
+}
+
+/// See [`FingerprintArg`].
+pub trait AddOpaque {
+    /// Adds nothing; false.
+    fn add_to(&self, fields: &mut FingerprintFields<'_>, name: &'static str) -> bool;
+}
+
+impl<T: ?Sized> AddOpaque for &FingerprintArg<'_, T> {
+    fn add_to(&self, _: &mut FingerprintFields<'_>, _: &'static str) -> bool {
+        false
+    }
+}
+
 /// `ctx.run_id` for key templates.
 pub fn ctx_run_id(ctx: &ToolContext) -> Result<&str, ToolError> {
     Ok(ctx.run_id())

@@ -236,6 +236,9 @@ pub struct ToolDefinition {
     /// The key template holds `<ctx.step>` (read once, when it is set: every keyed call asks).
     follows_step: bool,
     pub(crate) ignored_arguments: Vec<String>,
+    /// A call's arguments read into the tool's types and fingerprinted (tools without a key):
+    /// what retry limits count such a call by.
+    pub(crate) arguments_fingerprint: Option<ArgumentsFingerprint>,
     pub(crate) case_insensitive_arguments: Vec<String>,
     /// Parameters the arguments' JSON spells otherwise: (the fn's name, the JSON's name).
     renamed_arguments: Vec<(String, String)>,
@@ -312,6 +315,7 @@ impl ToolDefinition {
             key_template: None,
             follows_step: false,
             ignored_arguments: Vec::new(),
+            arguments_fingerprint: None,
             case_insensitive_arguments: Vec::new(),
             renamed_arguments: Vec::new(),
             argument_aliases: Vec::new(),
@@ -405,6 +409,18 @@ impl ToolDefinition {
     /// the fingerprint.
     pub fn with_ignored_argument(mut self, name: impl Into<String>) -> Self {
         self.ignored_arguments.push(name.into());
+        self
+    }
+
+    /// Sets how a call's arguments are read into the tool's types and fingerprinted (every
+    /// field but the `#[arg(ignore)]` ones, defaults applied), for a tool without a key: its
+    /// retry limit counts calls by that fingerprint, so spelling a default out, reordering
+    /// fields or writing `5.0` for `5` is the same call. Without it (or when it gives `None`:
+    /// an argument's type is not `Serialize`), calls are counted by the canonical form of their
+    /// JSON. Generated code calls it.
+    #[doc(hidden)]
+    pub fn with_arguments_fingerprint(mut self, fingerprint: ArgumentsFingerprint) -> Self {
+        self.arguments_fingerprint = Some(fingerprint);
         self
     }
 
@@ -607,6 +623,11 @@ impl ToolDefinition {
         }
     }
 }
+
+/// Reads a call's arguments into a tool's types and fingerprints them (see
+/// [`ToolDefinition::with_arguments_fingerprint`]).
+#[doc(hidden)]
+pub type ArgumentsFingerprint = fn(&Value) -> Option<Fingerprint>;
 
 /// What one call of a tool does, produced by [`Tool::prepare`] once its arguments are valid.
 pub struct Call {

@@ -138,24 +138,30 @@ impl Limits {
 }
 
 /// One call without a key, as retry limits count it: its tenant, its tool and its arguments
-/// (those not `#[arg(ignore)]`), hashed to 128 bits under keys drawn at random once per process.
-/// The count lives in this process's memory only, so it needs no stored fingerprint: a keyed
-/// hash costs a fraction of a SHA-256 on every call, and nobody who does not know the keys can
-/// make two calls share a count.
+/// as the tool receives them (read into its types, defaults applied, `#[arg(ignore)]` fields
+/// left out, fingerprinted), hashed to 128 bits under keys drawn at random once per process:
+/// nobody who does not know the keys can make two calls share a count. A call is hashed only
+/// when its count is read or written, never on the way of a call of a tool with none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct UnkeyedCall(u64, u64);
 
 impl UnkeyedCall {
-    /// The call of `def`'s tool with `args` in `ctx`'s tenant: its arguments written in the
-    /// canonical form a fingerprint hashes (fields sorted, `5.0` as `5`), into a buffer this
-    /// thread keeps, and hashed twice in one go, so field order and number spelling do not make
-    /// another call.
+    /// The call of `def`'s tool with `args` in `ctx`'s tenant: by the fingerprint of its
+    /// arguments read into the tool's types, so a default spelled out, field order or number
+    /// spelling do not make another call. A tool that cannot read them so (a definition written
+    /// by hand) has them written in the canonical form a fingerprint hashes (fields sorted,
+    /// `5.0` as `5`), into a buffer this thread keeps.
     pub(crate) fn new(def: &ToolDefinition, args: &Value, ctx: &ToolContext) -> Self {
         static KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
         thread_local! {
             static CANONICAL: RefCell<String> = const { RefCell::new(String::new()) };
         }
         let keys = KEYS.get_or_init(|| (RandomState::new(), RandomState::new()));
+        // The arguments were read once already, to run the call: they read again.
+        if let Some(fingerprint) = def.arguments_fingerprint.and_then(|read| read(args)) {
+            let call = (ctx.scope(), def.name.as_str(), fingerprint);
+            return UnkeyedCall(keys.0.hash_one(call), keys.1.hash_one(call));
+        }
         let ignored = &def.ignored_arguments;
         CANONICAL.with_borrow_mut(|text| {
             text.clear();

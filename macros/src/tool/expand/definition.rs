@@ -97,6 +97,11 @@ fn arguments(e: &Expansion) -> TokenStream {
         let text = t.lit.value();
         quote!(.with_key_template(#text))
     });
+    // A call without a key is counted against its retry limit by what the tool receives.
+    let arguments_fingerprint = tool
+        .keyed()
+        .is_none()
+        .then(|| quote!(.with_arguments_fingerprint(__arguments_fingerprint)));
     let ignored = tool.model_params().filter(|p| p.ignore.is_some()).map(|p| {
         // As the arguments spell it: what reads the definition reads the arguments' JSON.
         let name = p.json_name();
@@ -136,6 +141,7 @@ fn arguments(e: &Expansion) -> TokenStream {
     });
     quote! {
         #key_template
+        #arguments_fingerprint
         #(#ignored)*
         #(#case_insensitive)*
         #(#renamed)*

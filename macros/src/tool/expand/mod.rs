@@ -8,7 +8,8 @@
 //! const _: () = {
 //!     struct __Args { .. }                        args.rs
 //!     fn __key(__ctx, &customer, &period) { .. }  key.rs          (keyed tools)
-//!     static __FINGERPRINT_SCHEMA = ..;           fingerprint.rs  (keyed tools)
+//!     static __FINGERPRINT_SCHEMA = ..;           fingerprint.rs
+//!     fn __arguments_fingerprint(__args) { .. }   fingerprint.rs  (tools without a key)
 //!     impl Tool for SendInvoice {
 //!         fn definition(&self) { .. }             definition.rs
 //!         fn prepare(&self, __args, __ctx) { .. } prepare.rs
@@ -90,11 +91,14 @@ pub fn expand(tool: &Tool) -> TokenStream {
         .and_then(|k| k.template.as_ref().map(|t| (k, t)));
 
     let args_struct = args::args_struct(&e);
-    let key_items = keyed.map(|(keyed, template)| {
-        let key_fn = key::key_fn(&e, keyed, template);
-        let fingerprint = fingerprint::schema(&e, template);
-        quote!(#key_fn #fingerprint)
-    });
+    let key_items = match keyed {
+        Some((keyed, template)) => {
+            let key_fn = key::key_fn(&e, keyed, template);
+            let fingerprint = fingerprint::schema(&e, template);
+            quote!(#key_fn #fingerprint)
+        }
+        None => fingerprint::of_arguments(&e),
+    };
     let definition = definition::definition(&e);
     let prepare = prepare::prepare(&e, keyed);
     let companion = keyed.and_then(|(keyed, template)| {
