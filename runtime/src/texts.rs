@@ -299,7 +299,11 @@ pub(crate) fn retry_limit_unknown(
     window: Duration,
     last: Option<&str>,
 ) -> ToolError {
-    let limit = retry_limit(def.tool, true, failures, window, last);
+    let limit = retry_limit(def.tool, !def.per_call, failures, window, last);
+    let these = match def.per_call {
+        true => "with these arguments",
+        false => "for this key",
+    };
     let check = match def.status {
         Some(status) => format!(
             "`{status}` with the same arguments tells what is recorded, and a person can check the outside system"
@@ -316,7 +320,7 @@ pub(crate) fn retry_limit_unknown(
     )
     .with_retryable(false)
     .with_suggestion(format!(
-        "stop calling `{}` for this key, and do not do the action another way: it may have been done; tell the user it is unknown whether it happened ({check})",
+        "stop calling `{}` {these}, and do not do the action another way: it may have been done; tell the user it is unknown whether it happened ({check})",
         def.tool
     ))
 }

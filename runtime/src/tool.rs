@@ -60,8 +60,11 @@ pub(crate) const DEFAULT_RETRY_LIMIT: RetryLimit = RetryLimit::after(10, Duratio
 
 /// How many retryable failures of one call a tool accepts within a window.
 ///
-/// One call is one key for an `idempotent` tool, and one tool with one set of arguments (those
-/// not `#[arg(ignore)]`) in one tenant for every other story. A failure is an answer that
+/// One call is one key for an `idempotent` tool; for a key on `<ctx.step>`, new at every call,
+/// it is the key at a fixed step, the run and the arguments' fingerprint, what the model's retry
+/// repeats. For every other story it is one tool with one set of arguments in one tenant, as the
+/// tool receives them (read into its types, defaults applied, `#[arg(ignore)]` fields left out),
+/// not as the JSON spells them. A failure is an answer that
 /// invites a retry after the tool's code ran: a retryable error of the body or the recover hook,
 /// a retryable `TIMEOUT` of a tool without a key (a keyed call's body goes on, and its retry finds
 /// it in progress), an unknown outcome a recover hook will look up. When the count reaches
@@ -635,6 +638,9 @@ pub struct Call {
     pub(crate) fingerprint: Option<Fingerprint>,
     pub(crate) body: Body,
     pub(crate) recover: Option<Recover>,
+    /// For a key on the call's place in the run: the key at one fixed place, under which (with
+    /// the fingerprint) the retry limit counts the call's failures.
+    pub(crate) limit_key: Option<IdempotencyKey>,
 }
 
 /// The body of a call: runs the tool's fn.
@@ -651,6 +657,7 @@ impl Call {
             fingerprint: None,
             body,
             recover: None,
+            limit_key: None,
         }
     }
 
@@ -661,6 +668,7 @@ impl Call {
             fingerprint: Some(fingerprint),
             body,
             recover: None,
+            limit_key: None,
         }
     }
 
@@ -672,6 +680,15 @@ impl Call {
     /// The fingerprint of the call's defining arguments (keyed tools only).
     pub fn fingerprint(&self) -> Option<&Fingerprint> {
         self.fingerprint.as_ref()
+    }
+
+    /// Counts the call's failures against its retry limit under `key` (the call's key with its
+    /// place in the run fixed) and its fingerprint, rather than under its own key, which is new
+    /// at every call. Generated code calls it for keys on `<ctx.step>`.
+    #[doc(hidden)]
+    pub fn with_limit_key(mut self, key: IdempotencyKey) -> Call {
+        self.limit_key = Some(key);
+        self
     }
 
     /// Adds a recover hook.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::limits::{counts_as_failure, Limit, Slot};
+use super::limits::{self, counts_as_failure, Limit, Slot};
 use super::{Executor, ToolOutput};
 use crate::lease::{
     drive, panicked, record_outcome, recordable, settle, unreserve, Holder, Panic, Renewal, What,
@@ -44,6 +44,14 @@ pub(super) async fn run(
     let (Some(key), Some(fingerprint), Some(rkey)) = (call.key, call.fingerprint, rkey) else {
         return Err(texts::keyed_without_key(&def.name));
     };
+    // A key on the call's place in the run is new at every call: its failures are counted by
+    // what the model's retry repeats (the key at a fixed place, and the fingerprint), read once
+    // the call holds its own key.
+    let by_call = match (limit, call.limit_key) {
+        (Some(_), Some(limit_key)) => Some(limits::by_call(&ctx, &limit_key, &fingerprint)),
+        _ => None,
+    };
+    let counted = by_call.as_ref().unwrap_or(&rkey);
     let store = exec.store.clone();
     let recorder = exec.recorder.clone();
     // The scope of the call's steps holds its key, lent from there for logs.
@@ -92,7 +100,7 @@ pub(super) async fn run(
         let record = match reservation {
             Reservation::Reserved { token, failures } => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
-                if limit.is_some() {
+                if limit.is_some() && by_call.is_none() {
                     prior = Some(failures);
                 }
                 break (token, None);
@@ -137,6 +145,7 @@ pub(super) async fn run(
                     exec: &exec,
                     def,
                     rkey: &rkey,
+                    counted,
                     log_key: &log_key,
                     scope: &scope,
                     ctx: &ctx,
@@ -167,9 +176,18 @@ pub(super) async fn run(
         token: &token,
         what,
     };
+    if let (Some(_), Some(by_call), None) = (limit, &by_call, prior) {
+        match observe::store(StoreOp::Failures, store.failures(by_call)).await {
+            Ok(failures) => prior = Some(failures),
+            Err(e) => {
+                holder.write(Write::Release, renewal).await;
+                return Err(e.refusal());
+            }
+        }
+    }
     // A call that failed as often as its limit allows does not run: the key is freed, and the
     // window's end lets the call run again. The count came with the reservation (or was read
-    // before a take-over), so this costs no round trip.
+    // before a take-over; for a key on the call's place, just now).
     let prior = prior.unwrap_or(0);
     if let Some(limit) = limit.filter(|limit| prior >= limit.failures) {
         exec.stats.retry_limited.inc();
@@ -220,7 +238,7 @@ pub(super) async fn run(
     let ran = ran.map(|ended| ended.and_then(|value| recordable(value, what)));
     // A failure is counted before the key is freed: the next call reads the count.
     let reached = match limit.filter(|_| invites_retry(&ran, call_has_recover)) {
-        Some(limit) => count_failure(&store, &rkey, limit, def).await,
+        Some(limit) => count_failure(&store, counted, limit, def).await,
         None => None,
     };
     if let Ok(Err(err)) = &ran {
@@ -245,7 +263,7 @@ pub(super) async fn run(
             stop_if_reached(&exec, def, limit, reached, err, unknown)
         })
         .map_err(|err| after_steps(def, &scope, err))?;
-    clear_failures(&store, &rkey, Some(prior), def).await;
+    clear_failures(&store, counted, Some(prior), def).await;
     Ok(ToolOutput {
         value,
         replayed: false,
@@ -273,6 +291,8 @@ struct Stale<'a> {
     exec: &'a Arc<Executor>,
     def: &'a ToolDefinition,
     rkey: &'a RecordKey,
+    /// Where the call's failures are counted: `rkey`, or the call's place-free record.
+    counted: &'a RecordKey,
     log_key: &'a crate::key::LogHash<'a>,
     scope: &'a Arc<OnceScope>,
     ctx: &'a ToolContext,
@@ -286,6 +306,7 @@ impl Stale<'_> {
             exec,
             def,
             rkey,
+            counted,
             log_key,
             scope,
             ctx,
@@ -296,10 +317,11 @@ impl Stale<'_> {
         // Checked before taking the record over, which leaves it as it is when refused.
         let failures = match limit {
             Some(limit) => {
-                let failures = match observe::store(StoreOp::Failures, store.failures(rkey)).await {
-                    Ok(failures) => failures,
-                    Err(e) => return TakeOver::Answered(Err(e.refusal())),
-                };
+                let failures =
+                    match observe::store(StoreOp::Failures, store.failures(counted)).await {
+                        Ok(failures) => failures,
+                        Err(e) => return TakeOver::Answered(Err(e.refusal())),
+                    };
                 if failures >= limit.failures {
                     exec.stats.retry_limited.inc();
                     tracing::warn!(tool = %def.name, key = %log_key, failures, "retry limit reached: the call was refused without running");
@@ -347,7 +369,7 @@ impl Stale<'_> {
                 let found =
                     record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal).await;
                 if found.is_ok() {
-                    clear_failures(store, rkey, failures, def).await;
+                    clear_failures(store, counted, failures, def).await;
                 }
                 found.map(|value| ToolOutput {
                     value,
@@ -368,7 +390,7 @@ impl Stale<'_> {
                 // The lookup failed: the outcome is as unknown as before. Never release
                 // here, or the next call would act without looking.
                 let reached = match limit.filter(|_| counts_as_failure(&err)) {
-                    Some(limit) => count_failure(store, rkey, limit, def).await,
+                    Some(limit) => count_failure(store, counted, limit, def).await,
                     None => None,
                 };
                 let answer = holder.keep_unknown(renewal, err).await;

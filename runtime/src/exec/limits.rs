@@ -20,12 +20,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::fingerprint::{canonical_fields, canonical_json};
+use crate::store::RecordKey;
 use crate::tool::DEFAULT_RETRY_LIMIT;
-use crate::{texts, ErrorCode, ToolContext, ToolDefinition, ToolError};
+use crate::{
+    texts, ErrorCode, Fingerprint, IdempotencyKey, ToolContext, ToolDefinition, ToolError,
+};
 
 /// How many calls without a key this process keeps failure counts for. Past it, counts whose
 /// window ended are dropped first, then the ones whose window ends soonest.
@@ -57,7 +61,8 @@ impl Limit {
         failures: u64,
         last: Option<&str>,
     ) -> ToolError {
-        let by_key = def.story == crate::Story::Idempotent;
+        // A key on the call's place in the run is counted by the call, as a call without one.
+        let by_key = def.story == crate::Story::Idempotent && !def.key_follows_step();
         texts::retry_limit(&def.name, by_key, failures, self.window, last)
     }
 
@@ -71,6 +76,29 @@ impl Limit {
     ) -> ToolError {
         texts::retry_limit_unknown(def.named(), failures, self.window, last)
     }
+}
+
+/// Where the failures of a call keyed on its place in the run are counted: in its tenant,
+/// under `limit_key` (its key at one fixed place), its fingerprint and its run, what the
+/// model's retry repeats. No tool's key holds an unescaped `>`, and no step's name a `*`, so no
+/// record's counter is this one.
+pub(crate) fn by_call(
+    ctx: &ToolContext,
+    limit_key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> RecordKey {
+    let mut call = Sha256::new();
+    call.update(fingerprint.to_hex());
+    call.update(ctx.run_id());
+    let call = hex::encode(call.finalize());
+    RecordKey::new(ctx.scope(), format!("{}>*calls:{call}", limit_key.as_str()))
+}
+
+/// The counter beside `counted`'s that notes a failure of the call after one of its steps
+/// finished, so that a refusal made later, maybe in another process, can say that part of the
+/// action was done. No step's name holds a `*`, so no record's counter is this one.
+pub(crate) fn steps_mark(counted: &RecordKey) -> RecordKey {
+    RecordKey::new(counted.tenant.clone(), format!("{}>*steps", counted.key))
 }
 
 /// True when `err`, the answer to a call whose body ran, counts against the retry limit: it

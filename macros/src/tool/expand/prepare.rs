@@ -41,14 +41,15 @@ fn unkeyed_call(e: &Expansion) -> TokenStream {
 fn keyed_call(e: &Expansion, keyed: &Keyed, template: &Template) -> TokenStream {
     let tk = &e.tk;
     let parse_args = args::parse(e, quote!(__args));
-    let key_args = template
+    let key_args: Vec<TokenStream> = template
         .params()
         // An unknown placeholder was reported by `check`.
         .filter_map(|name| e.tool.param(name))
         .map(|param| {
             let ident = &param.ident;
             quote!(&__a.#ident)
-        });
+        })
+        .collect();
     let fingerprint = fingerprint::value(e, template);
     let body = body(e);
     let (keep_raw, with_recover) = match &keyed.recover {
@@ -58,12 +59,26 @@ fn keyed_call(e: &Expansion, keyed: &Keyed, template: &Template) -> TokenStream 
         ),
         None => (quote!(), quote!()),
     };
+    // A key on the call's place in the run is new at every call, the model's retry included: its
+    // retry limit counts under the key as it would be at one fixed step, what stays the same
+    // between the model's retries.
+    let (limit_key, with_limit_key) = if template.uses_ctx("step") {
+        (
+            quote!(let __limit_key = __key(&__ctx.clone().with_step(0), #(#key_args),*)?;),
+            quote!(.with_limit_key(__limit_key)),
+        )
+    } else {
+        (quote!(), quote!())
+    };
     quote! {
         #keep_raw
         let __a: __Args = #parse_args?;
+        #limit_key
         let __key = __key(__ctx, #(#key_args),*)?;
         let __fp = #fingerprint?;
-        ::core::result::Result::Ok(#tk::Call::keyed(__key, __fp, #body) #with_recover)
+        ::core::result::Result::Ok(
+            #tk::Call::keyed(__key, __fp, #body) #with_recover #with_limit_key
+        )
     }
 }
 
