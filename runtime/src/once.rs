@@ -57,6 +57,9 @@ pub(crate) struct OnceScope {
     /// Set once a step of this call acted or may have (it ran, or replayed an earlier run): a
     /// new call would not find it.
     acted: AtomicBool,
+    /// The steps of this call that finished with a result, now or in an earlier attempt: what
+    /// they did is kept whatever the call's end, and a retry limit's answer says so.
+    finished: Mutex<Vec<Box<str>>>,
 }
 
 impl OnceScope {
@@ -83,6 +86,7 @@ impl OnceScope {
             per_call: terms.per_call,
             used: Mutex::default(),
             acted: AtomicBool::new(false),
+            finished: Mutex::default(),
         }
     }
 
@@ -157,6 +161,15 @@ impl OnceScope {
         self.acted.load(Ordering::SeqCst)
     }
 
+    /// The steps of this call that finished with a result (now, or in an earlier attempt).
+    pub(crate) fn steps_finished(&self) -> std::sync::MutexGuard<'_, Vec<Box<str>>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn finished(&self, step: &str) {
+        self.steps_finished().push(step.into());
+    }
+
     async fn step<T, E, F>(
         &self,
         observed: &observe::Step,
@@ -207,7 +220,10 @@ impl OnceScope {
                     observed.mark(Happened::Replayed);
                     self.acted.store(true, Ordering::SeqCst);
                     match outcome {
-                        Outcome::Ok(value) => value,
+                        Outcome::Ok(value) => {
+                            self.finished(step);
+                            value
+                        }
                         Outcome::Err(err) => return Err(err),
                     }
                 }
@@ -263,6 +279,7 @@ impl OnceScope {
             what,
         };
         let value = settle(&holder, self.retain, ran, renewal, None).await?;
+        self.finished(step);
         self.read_back(step, value)
     }
 

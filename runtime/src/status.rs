@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::Mark;
-use crate::exec::{Executor, ToolOutput};
+use crate::exec::{steps_mark, Executor, ToolOutput};
 use crate::observe::{self, StoreOp, ToolTelemetry};
 use crate::store::{Outcome, Record, RecordKey, StoreError};
 use crate::story::Story;
@@ -221,7 +221,21 @@ async fn read_record(
         }
     }
     let found = record.is_some();
+    // No record, yet a failed call may have finished steps, as its retry limit's count
+    // remembers (read only here, on a status without a record).
+    let steps = match record {
+        None => {
+            let mark = steps_mark(&rkey);
+            let read = observe::store(StoreOp::Failures, exec.store().failures(&mark)).await;
+            matches!(read, Ok(n) if n > 0)
+        }
+        Some(_) => false,
+    };
     let mut value = match record {
+        None if steps => {
+            let detail = texts::status_not_found_after_steps(target);
+            json!({"status": "not_found", "detail": detail})
+        }
         None => json!({"status": "not_found", "detail": texts::status_not_found(target)}),
         Some(Record::InProgress { since, .. }) => {
             json!({"status": "in_progress", "since": time(since)})

@@ -290,6 +290,63 @@ pub(crate) fn retry_limit(
         ))
 }
 
+/// What is known of the steps (`ctx.once`) a call that reached its retry limit finished before
+/// it failed: their effects are kept, whatever the call's later failures.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StepsKept<'a> {
+    /// These steps of this very call finished.
+    Named(&'a [Box<str>]),
+    /// A step of an attempt of the call finished (as the store remembers it).
+    Some,
+    /// Whether a step finished could not be read.
+    Maybe,
+}
+
+/// [`retry_limit`] for a keyed call a step of which finished before the call failed: part of
+/// the action was done and is kept, so the answer says so, and that the user must not do the
+/// action another way (pay by hand what was already charged).
+pub(crate) fn retry_limit_after_steps(
+    def: Named<'_>,
+    failures: u64,
+    window: Duration,
+    last: Option<&str>,
+    steps: StepsKept<'_>,
+) -> ToolError {
+    let limit = retry_limit(def.tool, !def.per_call, failures, window, last);
+    let these = match def.per_call {
+        true => "with these arguments",
+        false => "for this key",
+    };
+    let (done, told) = match steps {
+        StepsKept::Named(names) => {
+            let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+            let (step, is) = match names.len() {
+                1 => ("step", "was"),
+                _ => ("steps", "were"),
+            };
+            let names = names.join(", ");
+            (
+                format!("part of the action was done: {step} {names} of this call finished before it failed, and what {is} done is kept (it is not undone)"),
+                format!("that {step} {names} of the action {is} done and is kept, and the rest was not"),
+            )
+        }
+        StepsKept::Some => (
+            "part of the action was done: a step of an earlier attempt of this call finished, and what it did is kept (it is not undone)".to_string(),
+            "that part of the action was done and is kept, and the rest was not".to_string(),
+        ),
+        StepsKept::Maybe => (
+            "part of the action may have been done: whether a step of an earlier attempt finished could not be read, and what a step did is kept (it is not undone)".to_string(),
+            "that part of the action may have been done and is kept".to_string(),
+        ),
+    };
+    ToolError::new(ErrorCode::RetryLimit, format!("{}; {done}", limit.message()))
+        .with_retryable(false)
+        .with_suggestion(format!(
+            "stop calling `{}` {these}: retrying will not help now; tell the user {told}, and that they must not redo the action by other means (it would be done twice); let them decide how to finish it",
+            def.tool
+        ))
+}
+
 /// [`retry_limit`] for a keyed call whose record is kept unknown: its last attempt may have
 /// acted (a reply lost, a lookup that could not look), so the answer says the action may have
 /// happened, never only that it keeps failing (the user could do it again by hand).
@@ -785,6 +842,15 @@ pub(crate) fn status_not_found(target: &str) -> String {
     )
 }
 
+/// A status answer's detail when no record is held, and a failed `target` call with these
+/// values had finished a step (as its retry limit's count remembers): part of the action was
+/// done.
+pub(crate) fn status_not_found_after_steps(target: &str) -> String {
+    format!(
+        "no `{target}` call with these values is running or recorded as finished, but one failed after a step of it finished: part of the action was done and is kept (it is not undone, and not done again when `{target}` is called again); tell the user so, and that they must not redo the action by other means"
+    )
+}
+
 /// A status answer's detail when the key's record was made by another action than the one the
 /// arguments describe.
 pub(crate) fn status_conflict(target: &str) -> String {
@@ -920,6 +986,25 @@ mod tests {
             ),
             busy("send_invoice", 2, Duration::from_secs(2)),
         ];
+        let steps: [Box<str>; 2] = ["charge".into(), "email".into()];
+        for def in [named(Some("invoice_status")), per_call()] {
+            for kept in [
+                StepsKept::Named(&steps[..1]),
+                StepsKept::Named(&steps),
+                StepsKept::Some,
+                StepsKept::Maybe,
+            ] {
+                let window = Duration::from_secs(600);
+                errors.push(retry_limit_after_steps(def, 3, window, None, kept));
+                errors.push(retry_limit_after_steps(
+                    def,
+                    3,
+                    window,
+                    Some("GATEWAY_BUSY"),
+                    kept,
+                ));
+            }
+        }
         for status in [None, Some("invoice_status")] {
             let def = named(status);
             for story in STORIES {

@@ -70,7 +70,8 @@ pub(crate) const DEFAULT_RETRY_LIMIT: RetryLimit = RetryLimit::after(10, Duratio
 /// it in progress), an unknown outcome a recover hook will look up. When the count reaches
 /// the limit, that answer and every later one for the same call within the window is
 /// `RETRY_LIMIT` (not retryable), and the body does not run; when the key's record is unknown,
-/// the answer says the action may have happened. The window starts at the first failure; when it
+/// the answer says the action may have happened, and when a `ctx.once` step of the call had
+/// finished, it says that part of the action was done and is kept. The window starts at the first failure; when it
 /// ends the count starts again from zero. A success clears the count.
 ///
 /// `"5/10m"`: five failures within ten minutes. `"off"`: no limit.

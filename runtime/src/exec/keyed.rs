@@ -193,7 +193,10 @@ pub(super) async fn run(
         exec.stats.retry_limited.inc();
         tracing::warn!(tool = %def.name, key = %log_key, failures = prior, "retry limit reached: the call was refused without running");
         holder.write(Write::Release, renewal).await;
-        return Err(limit.reached(def, prior, None));
+        // Refused before the body, maybe in another process than the attempts: what their
+        // steps did is read from the store.
+        let kept = steps_kept(&store, counted, None).await;
+        return Err(kept.reached(limit, def, prior, None));
     }
     // Under a concurrency limit, wait for a slot with the lease renewed; none in time: BUSY, the
     // key is freed, and the body never runs.
@@ -238,8 +241,15 @@ pub(super) async fn run(
     let ran = ran.map(|ended| ended.and_then(|value| recordable(value, what)));
     // A failure is counted before the key is freed: the next call reads the count.
     let reached = match limit.filter(|_| invites_retry(&ran, call_has_recover)) {
-        Some(limit) => count_failure(&store, counted, limit, def).await,
+        Some(limit) => {
+            let steps = !scope.steps_finished().is_empty();
+            count_failure(&store, counted, limit, def, steps).await
+        }
         None => None,
+    };
+    let kept = match reached {
+        Some(_) => steps_kept(&store, counted, Some(&*scope)).await,
+        None => Kept::Nothing,
     };
     if let Ok(Err(err)) = &ran {
         // An unknown outcome is kept whatever a step met: the body may have acted past it, and
@@ -250,7 +260,7 @@ pub(super) async fn run(
             // this answer as the call's outcome would block the call that owns those steps.
             exec.stats.released.inc();
             holder.write(Write::Release, Some(renewal)).await;
-            let answer = stop_if_reached(&exec, def, limit, reached, err.clone(), false);
+            let answer = stop_if_reached(&exec, def, limit, reached, err.clone(), false, &kept);
             return Err(after_steps(def, &scope, answer));
         }
     }
@@ -260,7 +270,7 @@ pub(super) async fn run(
         .map_err(|err| {
             // An unknown outcome is kept as the key's record: the body may have acted.
             let unknown = err.is(ErrorCode::OutcomeUnknown);
-            stop_if_reached(&exec, def, limit, reached, err, unknown)
+            stop_if_reached(&exec, def, limit, reached, err, unknown, &kept)
         })
         .map_err(|err| after_steps(def, &scope, err))?;
     clear_failures(&store, counted, Some(prior), def).await;
@@ -390,11 +400,19 @@ impl Stale<'_> {
                 // The lookup failed: the outcome is as unknown as before. Never release
                 // here, or the next call would act without looking.
                 let reached = match limit.filter(|_| counts_as_failure(&err)) {
-                    Some(limit) => count_failure(store, counted, limit, def).await,
+                    Some(limit) => count_failure(store, counted, limit, def, false).await,
                     None => None,
                 };
                 let answer = holder.keep_unknown(renewal, err).await;
-                Err(stop_if_reached(exec, def, limit, reached, answer, true))
+                Err(stop_if_reached(
+                    exec,
+                    def,
+                    limit,
+                    reached,
+                    answer,
+                    true,
+                    &Kept::Nothing,
+                ))
             }
             Err(panic) => {
                 let answer = panicked(what, "recover hook", panic);
@@ -482,13 +500,27 @@ fn invites_retry(ran: &Result<Result<serde_json::Value, ToolError>, Panic>, reco
 
 /// Counts a failure of `rkey`; the count when it reached `limit`. A store that does not take
 /// the count is logged and the call answered as it ended: the limit never turns an outage into
-/// refusals.
+/// refusals. `steps`: a step of the call finished, which is noted first beside the count, so
+/// that a refusal made anywhere later can say that part of the action was done; a failure whose
+/// note the store did not take is not counted, so that no refusal is silent about it.
 async fn count_failure(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
     limit: Limit,
     def: &ToolDefinition,
+    steps: bool,
 ) -> Option<u64> {
+    if steps {
+        // Kept as long as the step's record, whose effect it speaks of: a window of the count's
+        // could end before a later window's refusals, and leave them silent.
+        let keep = def.settings.retain.max(limit.window);
+        let mark = limits::steps_mark(rkey);
+        let noted = store.count_failure(&mark, keep);
+        if let Err(e) = observe::store(StoreOp::CountFailure, noted).await {
+            tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not note for the retry limit that a step finished; the failure is not counted");
+            return None;
+        }
+    }
     let count = store.count_failure(rkey, limit.window);
     match observe::store(StoreOp::CountFailure, count).await {
         Ok(failures) => (failures >= limit.failures).then_some(failures),
@@ -500,7 +532,8 @@ async fn count_failure(
 }
 
 /// `err`, or `RETRY_LIMIT` in its place when this failure reached the limit. `unknown`: the
-/// key's record is kept unknown (the call may have acted), which the answer keeps saying.
+/// key's record is kept unknown (the call may have acted), which the answer keeps saying;
+/// otherwise it says what `kept` knows of the steps that finished.
 fn stop_if_reached(
     exec: &Executor,
     def: &ToolDefinition,
@@ -508,6 +541,7 @@ fn stop_if_reached(
     reached: Option<u64>,
     err: ToolError,
     unknown: bool,
+    kept: &Kept,
 ) -> ToolError {
     match (limit, reached) {
         (Some(limit), Some(failures)) if err.is_retryable() => {
@@ -515,10 +549,62 @@ fn stop_if_reached(
             exec.stats.retry_limited.inc();
             match unknown {
                 true => limit.reached_unknown(def, failures, Some(err.code())),
-                false => limit.reached(def, failures, Some(err.code())),
+                false => kept.reached(limit, def, failures, Some(err.code())),
             }
         }
         _ => err,
+    }
+}
+
+/// What is known, when a call's retry limit stops it, of the steps it finished before: what
+/// they did is kept, and the answer must say so.
+enum Kept {
+    /// No step finished.
+    Nothing,
+    /// These steps of this very call finished.
+    Named(Vec<Box<str>>),
+    /// A step of an earlier attempt finished (the store noted it beside the count).
+    Earlier,
+    /// The store could not say.
+    Maybe,
+}
+
+impl Kept {
+    /// `RETRY_LIMIT` for a call of `def`'s tool after `failures`, saying what was kept.
+    fn reached(
+        &self,
+        limit: Limit,
+        def: &ToolDefinition,
+        failures: u64,
+        last: Option<&str>,
+    ) -> ToolError {
+        let steps = match self {
+            Kept::Nothing => return limit.reached(def, failures, last),
+            Kept::Named(names) => texts::StepsKept::Named(names),
+            Kept::Earlier => texts::StepsKept::Some,
+            Kept::Maybe => texts::StepsKept::Maybe,
+        };
+        texts::retry_limit_after_steps(def.named(), failures, limit.window, last, steps)
+    }
+}
+
+/// The steps finished before a call of `counted` was stopped by its retry limit: this call's
+/// (in `scope`), else any an earlier attempt noted in the store.
+async fn steps_kept(
+    store: &Arc<dyn Store>,
+    counted: &RecordKey,
+    scope: Option<&OnceScope>,
+) -> Kept {
+    if let Some(names) = scope.map(|scope| scope.steps_finished().clone()) {
+        if !names.is_empty() {
+            return Kept::Named(names);
+        }
+    }
+    let mark = limits::steps_mark(counted);
+    match observe::store(StoreOp::Failures, store.failures(&mark)).await {
+        Ok(0) => Kept::Nothing,
+        Ok(_) => Kept::Earlier,
+        Err(_) => Kept::Maybe,
     }
 }
 
@@ -535,6 +621,9 @@ async fn clear_failures(
     if let Err(e) = observe::store(StoreOp::ClearFailures, store.clear_failures(rkey)).await {
         tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not clear the failures counted for the retry limit; they end with their window");
     }
+    // The call finished: its record says what was done from now on.
+    let mark = limits::steps_mark(rkey);
+    let _ = observe::store(StoreOp::ClearFailures, store.clear_failures(&mark)).await;
 }
 
 fn poll_interval(wait: Option<Duration>) -> Duration {

@@ -3,9 +3,14 @@
 //!
 //! A keyed call's failures are counted in the store, under its record key, so every process
 //! sharing the store shares the count; the keyed path counts and checks them while it holds the
-//! key, so no other process runs the call in between. A call without a key is counted here, in
-//! this process's memory, by its tenant, tool and the fingerprint of its arguments: a
-//! [`Tally`] settles it once, at the caller's timeout or at the body's end, whichever answers.
+//! key, so no other process runs the call in between. A key on the call's place in the run is
+//! new at every call: such a call is counted under [`by_call`], what the model's retry repeats
+//! (calls at two places run side by side, so each checks the count as it starts). A failure
+//! after a `ctx.once` step finished is noted beside the count ([`steps_mark`]), so that every
+//! refusal, made in any process, says that part of the action was done. A call without a key
+//! is counted here, in this process's memory, by its tenant, tool and the fingerprint of its
+//! arguments as the tool reads them: a [`Tally`] settles it once, at the caller's timeout or
+//! at the body's end, whichever answers.
 //!
 //! A tool's concurrency limit is a semaphore in this process: a [`Slot`] waits for one of its
 //! permits until the call's deadline, and tells the caller, when its timeout passes, whether the

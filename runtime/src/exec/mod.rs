@@ -45,6 +45,7 @@ use crate::tool::{Call, Invocation, Tool, ToolDefinition};
 use crate::{ToolContext, ToolError};
 use async_trait::async_trait;
 use futures_util::FutureExt;
+pub(crate) use limits::steps_mark;
 use limits::{Limit, Limits, Slot, Tally};
 use serde_json::Value;
 use tokio_util::task::TaskTracker;
