@@ -780,8 +780,8 @@ fn metrics_count_calls_by_tool_and_outcome_and_time_the_store() {
     // send_invoice (a result, a declined card), late_invoice, both confirm_order steps and its
     // second call; one unknown mark, one release (the failed send), one status read. The retry
     // limit (on by default) reads the failure count of each call that reserved its key with
-    // its reserve (no `failures` operation of its own), counts the failed send, and clears that
-    // count when the retry succeeds.
+    // its reserve (no `failures` operation of its own), counts the failed send and notes beside
+    // the count that its draft step had finished, and clears both when the retry succeeds.
     let store = |op: &str| {
         let key = (
             MetricKind::Histogram,
@@ -807,7 +807,7 @@ fn metrics_count_calls_by_tool_and_outcome_and_time_the_store() {
             "clear_failures",
         ]
         .map(store),
-        [11, 6, 1, 1, 1, 0, 0, 1, 1]
+        [11, 6, 1, 1, 1, 0, 0, 2, 2]
     );
     // Renewals happened beside the late body, as many as its span counted.
     let spans = seen.spans.lock().unwrap().clone();

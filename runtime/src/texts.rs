@@ -847,7 +847,7 @@ pub(crate) fn status_not_found(target: &str) -> String {
 /// done.
 pub(crate) fn status_not_found_after_steps(target: &str) -> String {
     format!(
-        "no `{target}` call with these values is running or recorded as finished, but one failed after a step of it finished: part of the action was done and is kept (it is not undone, and not done again when `{target}` is called again); tell the user so, and that they must not redo the action by other means"
+        "no `{target}` call with these values is running or recorded as finished, but one failed after a step of it finished: part of the action was done; any step it finished, such as a payment, is kept and not done again when `{target}` is called again; tell the user so, and that they must not redo the action by other means"
     )
 }
 

@@ -273,7 +273,8 @@ pub(super) async fn run(
             stop_if_reached(&exec, def, limit, reached, err, unknown, &kept)
         })
         .map_err(|err| after_steps(def, &scope, err))?;
-    clear_failures(&store, counted, Some(prior), def).await;
+    let steps = prior > 0 && !scope.steps_finished().is_empty();
+    clear_failures(&store, counted, Some(prior), def, steps).await;
     Ok(ToolOutput {
         value,
         replayed: false,
@@ -379,7 +380,7 @@ impl Stale<'_> {
                 let found =
                     record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal).await;
                 if found.is_ok() {
-                    clear_failures(store, counted, failures, def).await;
+                    clear_failures(store, counted, failures, def, false).await;
                 }
                 found.map(|value| ToolOutput {
                     value,
@@ -608,12 +609,15 @@ async fn steps_kept(
     }
 }
 
-/// After a success, forgets the failures counted before it (when there were any).
+/// After a success, forgets the failures counted before it (when there were any), and the note
+/// that a step had finished when `steps` (a step of the call finished, so one may have been
+/// noted): the call's record says what was done from now on.
 async fn clear_failures(
     store: &Arc<dyn Store>,
     rkey: &RecordKey,
     prior: Option<u64>,
     def: &ToolDefinition,
+    steps: bool,
 ) {
     if prior.unwrap_or(0) == 0 {
         return;
@@ -621,9 +625,10 @@ async fn clear_failures(
     if let Err(e) = observe::store(StoreOp::ClearFailures, store.clear_failures(rkey)).await {
         tracing::warn!(tool = %def.name, key = %crate::key::log_hash(&rkey.key), error = %e, "could not clear the failures counted for the retry limit; they end with their window");
     }
-    // The call finished: its record says what was done from now on.
-    let mark = limits::steps_mark(rkey);
-    let _ = observe::store(StoreOp::ClearFailures, store.clear_failures(&mark)).await;
+    if steps {
+        let mark = limits::steps_mark(rkey);
+        let _ = observe::store(StoreOp::ClearFailures, store.clear_failures(&mark)).await;
+    }
 }
 
 fn poll_interval(wait: Option<Duration>) -> Duration {
