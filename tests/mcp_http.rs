@@ -10,6 +10,7 @@
 //! say loudly that they were skipped.
 #![cfg(feature = "mcp-http")]
 
+mod billing;
 mod mcp_python;
 
 use std::path::PathBuf;
@@ -19,13 +20,13 @@ use std::time::Duration;
 
 use reqwest::Method;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, NumberOrString, ProgressNotificationParam,
-    ProgressToken, RequestMetaObject,
+    CallToolRequestParams, CallToolResult, MetaObject, NumberOrString, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -34,6 +35,7 @@ use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
 
+use billing::{RefundOrder, Refunds};
 use mcp_python::python;
 
 // ---- the server -------------------------------------------------------------------------------
@@ -109,6 +111,7 @@ fn authenticate(request: &Parts) -> Result<Principal, Refusal> {
 struct Server {
     url: String,
     ledger: Arc<Ledger>,
+    refunds: Arc<Refunds>,
     stop: oneshot::Sender<()>,
     served: JoinHandle<std::io::Result<()>>,
 }
@@ -116,13 +119,21 @@ struct Server {
 impl Server {
     /// A server on a free local port whose charges take three stages of `stage` each.
     async fn start(stage: Duration) -> Server {
+        Server::start_with(stage, |mcp| mcp).await
+    }
+
+    /// [`Server::start`], the endpoint configured by `configure`.
+    async fn start_with(stage: Duration, configure: impl FnOnce(McpHttp) -> McpHttp) -> Server {
         let ledger = Arc::new(Ledger::default());
         ledger
             .stage_ms
             .store(stage.as_millis() as u64, Ordering::SeqCst);
+        let refunds = Arc::new(Refunds::default());
         let toolbox = Toolbox::builder()
             .shared_state(ledger.clone())
+            .shared_state(refunds.clone())
             .tool(Charge)
+            .tool(RefundOrder)
             .build()
             .expect("a valid toolbox");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -130,12 +141,14 @@ impl Server {
             .expect("a free port");
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(McpHttp::new(toolbox, authenticate).serve(listener, async {
+        let mcp = configure(McpHttp::new(toolbox, authenticate));
+        let served = tokio::spawn(mcp.serve(listener, async {
             let _ = stopped.await;
         }));
         Server {
             url,
             ledger,
+            refunds,
             stop,
             served,
         }
@@ -205,6 +218,28 @@ fn py_charge(run: &str, progress: bool) -> Value {
         "meta": {"toolkey/run_id": run},
         "progress": progress,
     })
+}
+
+/// What a wire `CallToolResult` answers: the id of the charge or refund, or the error's code;
+/// and whether it is a replay.
+fn wire_answer(result: &Value) -> (String, bool) {
+    if result["isError"] == true {
+        return (
+            wire_error(result)["code"].as_str().unwrap().to_string(),
+            false,
+        );
+    }
+    let id = result["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a charge or refund: {result}"));
+    (id.to_string(), result["_meta"]["toolkey/replayed"] == true)
+}
+
+/// The error of a wire `CallToolResult`: `{"code", "message", "retryable", "suggestion"}`.
+fn wire_error(result: &Value) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().expect("a text block");
+    serde_json::from_str::<Value>(text).unwrap()["error"].clone()
 }
 
 /// The charge id of a wire `CallToolResult`, and whether it is a replay.
@@ -358,6 +393,90 @@ async fn raw_post(url: &str, token: &str, session: &str, message: Value) -> (u16
         .expect("the server answers");
     let status = response.status().as_u16();
     (status, response.text().await.unwrap_or_default())
+}
+
+/// A `tools/call` of `tool` as the 2026-07-28 protocol sends it: no session, the version,
+/// capabilities and client in the request's own `_meta`, beside `meta`.
+fn stateless_call(tool: &str, arguments: Value, meta: Value) -> String {
+    let mut meta = meta;
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "0"});
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"name": tool, "arguments": arguments, "_meta": meta}})
+    .to_string()
+}
+
+/// POSTs `body`, a 2026-07-28 `tools/call` of `tool` (see [`stateless_call`]), with `token`,
+/// its `Host` header `host` when given: the HTTP status, and the result the JSON-RPC answer
+/// carries (`null` without one).
+async fn stateless_post(
+    url: &str,
+    token: &str,
+    tool: &str,
+    body: &str,
+    host: Option<&str>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool);
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    let response = request
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    // A JSON body, or an event stream whose `data:` lines carry the messages.
+    let answer = std::iter::once(text.as_str())
+        .chain(text.lines().filter_map(|line| line.strip_prefix("data:")))
+        .filter_map(|message| serde_json::from_str::<Value>(message.trim()).ok())
+        .find(|message| message.get("id").is_some())
+        .map(|message| message["result"].clone())
+        .unwrap_or(Value::Null);
+    (status, answer)
+}
+
+/// An rmcp client on the 2026-07-28 protocol: `server/discover`, then every request on its own,
+/// in no session.
+async fn rmcp_stateless_client(url: &str, token: &str) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    );
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    Arc::new(Progress::default())
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .expect("the client discovers the server")
+}
+
+/// README's refund (`refund:<ctx.run_id>:<ctx.step>`) of order-1 by rmcp's `client`, with
+/// `meta`: its answer on the wire.
+async fn rmcp_refund(client: &Client, meta: Value) -> Value {
+    let mut params = CallToolRequestParams::new("refund_order").with_arguments(
+        json!({"order": "order-1", "cents": 500})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(RequestMetaObject(MetaObject(
+        meta.as_object().unwrap().clone(),
+    )));
+    let result = tokio::time::timeout(Duration::from_secs(30), client.call_tool(params))
+        .await
+        .expect("the call is answered in time")
+        .expect("tools/call succeeds");
+    serde_json::to_value(result).unwrap()
 }
 
 // ---- the scenarios, with the Python SDK -------------------------------------------------------
@@ -624,6 +743,149 @@ async fn rmcp_progress_notifications_arrive_in_order() {
     );
     client.cancel().await.expect("the client closes");
     assert_eq!(server.stop().await, 1);
+}
+
+// ---- requests in no session (the 2026-07-28 protocol) ------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_sessionless_refund_keyed_on_its_run_never_gets_a_run_per_request() {
+    let server = Server::start(Duration::ZERO).await;
+    // rmcp's client on 2026-07-28: no session, so rmcp serves each request with a server of
+    // its own.
+    let client = rmcp_stateless_client(&server.url, "alice-token").await;
+
+    // README's refund at step 4, twice, naming no run: refused both times, saying what to do.
+    let step_4 = json!({"toolkey/step": 4});
+    let first = rmcp_refund(&client, step_4.clone()).await;
+    let again = rmcp_refund(&client, step_4).await;
+    assert_eq!(
+        [wire_answer(&first), wire_answer(&again)],
+        [
+            ("MISSING_CONTEXT".into(), false),
+            ("MISSING_CONTEXT".into(), false)
+        ]
+    );
+    let error = wire_error(&first);
+    assert_eq!(error["retryable"], false, "{error}");
+    let suggestion = error["suggestion"].as_str().unwrap();
+    assert!(suggestion.contains("toolkey/run_id"), "{suggestion}");
+    assert_eq!(server.refunds.count(), 0);
+
+    // Naming its run, the retry finds the first call's refund.
+    let run_4 = json!({"toolkey/run_id": "run-7", "toolkey/step": 4});
+    let first = rmcp_refund(&client, run_4.clone()).await;
+    let again = rmcp_refund(&client, run_4.clone()).await;
+    assert_eq!(
+        [wire_answer(&first), wire_answer(&again)],
+        [("re_1".into(), false), ("re_1".into(), true)]
+    );
+    // Bob naming Alice's run names one of his own.
+    let bob = rmcp_stateless_client(&server.url, "bob-token").await;
+    assert_eq!(
+        wire_answer(&rmcp_refund(&bob, run_4).await),
+        ("re_2".into(), false)
+    );
+
+    // In a session (rmcp's default client), the session's run keys the step: a replay.
+    let session = rmcp_client(&server.url, "alice-token").await.unwrap();
+    let first = rmcp_refund(&session, json!({"toolkey/step": 4})).await;
+    let again = rmcp_refund(&session, json!({"toolkey/step": 4})).await;
+    assert_eq!(
+        [wire_answer(&first), wire_answer(&again)],
+        [("re_3".into(), false), ("re_3".into(), true)]
+    );
+    for client in [client, bob, session] {
+        client.cancel().await.expect("the client closes");
+    }
+    let refunds = server.refunds.clone();
+    server.stop().await;
+    assert_eq!(refunds.count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessionless_charge_resent_byte_for_byte_charges_once() {
+    let server = Server::start(Duration::ZERO).await;
+    let order = json!({"order": "order-1", "cents": 500});
+
+    // A charge keyed on its run, naming none, sent again byte for byte after the connection
+    // dropped: refused both times, and nothing ran.
+    let body = stateless_call("charge", order.clone(), json!({}));
+    let first = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    let again = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    assert_eq!((first.0, again.0), (200, 200));
+    assert_eq!(
+        [wire_answer(&first.1), wire_answer(&again.1)],
+        [
+            ("MISSING_CONTEXT".into(), false),
+            ("MISSING_CONTEXT".into(), false)
+        ]
+    );
+    assert_eq!(server.ledger.count(), 0);
+
+    // Naming its run: one charge, and the resent request is its replay.
+    let body = stateless_call("charge", order, json!({"toolkey/run_id": "run-9"}));
+    let first = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    let again = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    assert_eq!(
+        [wire_answer(&first.1), wire_answer(&again.1)],
+        [("ch_1".into(), false), ("ch_1".into(), true)]
+    );
+    // The same bytes from Bob name a run of his own.
+    let bob = stateless_post(&server.url, "bob-token", "charge", &body, None).await;
+    assert_eq!(wire_answer(&bob.1), ("ch_2".into(), false));
+    assert_eq!(server.stop().await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sessionless_retry_after_a_dropped_connection_acts_once() {
+    let Some(python) = python() else { return };
+    let server = Server::start(Duration::ZERO).await;
+    let refund = |meta: Value| {
+        json!({"tool": "refund_order", "arguments": {"order": "order-1", "cents": 500},
+               "meta": meta})
+    };
+    let plan = json!({"url": server.url, "token": "alice-token", "calls": [
+        refund(json!({"toolkey/step": 4})),
+        refund(json!({"toolkey/step": 4})),
+        refund(json!({"toolkey/run_id": "run-7", "toolkey/step": 4})),
+        refund(json!({"toolkey/run_id": "run-7", "toolkey/step": 4})),
+    ]});
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp_http/stateless.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(plan.to_string())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("the Python client finishes in time")
+        .expect("the Python client starts");
+    assert!(
+        out.status.success(),
+        "the Python client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // Each call by a client of its own, on 2026-07-28: no session ties them together.
+    assert!(
+        lines.iter().all(|line| line["protocol"] == "2026-07-28"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.iter().map(wire_answer).collect::<Vec<_>>(),
+        [
+            ("MISSING_CONTEXT".into(), false),
+            ("MISSING_CONTEXT".into(), false),
+            ("re_1".into(), false),
+            ("re_1".into(), true),
+        ]
+    );
+    let refunds = server.refunds.clone();
+    server.stop().await;
+    assert_eq!(refunds.count(), 1);
 }
 
 /// README's HTTP block compiles only with feature `mcp-http` (README's blocks are doctests of

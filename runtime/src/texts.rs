@@ -178,6 +178,31 @@ pub(crate) fn client_run_id_refused(code: &'static str, key: &str) -> ToolError 
     .with_suggestion("this is a defect in the MCP client, not in the arguments: remove the run id from the request (every call of a session runs in the session's own run), or ask the server's operator to accept client run ids; do not retry as is")
 }
 
+/// An MCP request with no session and no run named calls `tool`, whose key needs a run
+/// (`ctx.run_id`, `ctx.step`). `may_name`: the server accepts the run ids clients name.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn run_required(tool: &str, may_name: bool) -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("`{tool}` keys each action by its run (`ctx.run_id` or `ctx.step`), and this request names no run and belongs to no MCP session, so nothing ran: a run made for one request would be made again for its retry, and the retry would act again"),
+    )
+    .with_suggestion(match may_name {
+        true => "name the run in the request's `_meta[\"toolkey/run_id\"]`, the same on every retry of this call, or call within an MCP session (`initialize`); do not retry as is",
+        false => "call within an MCP session (`initialize` first): this server does not accept run ids named in `_meta`; do not retry as is",
+    })
+}
+
+/// An MCP request names a run id or event id (`_meta.{key}`) to be scoped to its session, and
+/// belongs to none.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn no_session_for_run(key: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::MissingContext,
+        format!("this server keeps the run ids clients name per MCP session, and this request names `_meta.{key}` without one, so nothing ran"),
+    )
+    .with_suggestion("call within an MCP session (`initialize` first), naming the same run on every retry of this call; do not retry as is")
+}
+
 /// A body asked for state of a type the toolbox was not given.
 pub(crate) fn no_state(type_name: &str) -> ToolError {
     ToolError::internal(format!(
@@ -928,6 +953,9 @@ mod tests {
             no_run_context(),
             bad_meta("toolkey/step", "a non-negative integer"),
             client_run_id_refused("RUN_ID_NOT_ACCEPTED", "toolkey/run_id"),
+            run_required("refund", true),
+            run_required("refund", false),
+            no_session_for_run("toolkey/run_id"),
             no_state("app::Billing"),
             no_such_tool(
                 unknown_tool("send_invoic"),

@@ -410,6 +410,16 @@ impl Toolbox {
         }
     }
 
+    /// The key template of the record a call of `name` reads or writes: a keyed tool's own, or
+    /// its tool's for a status companion.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn record_template(&self, name: &str) -> Option<&str> {
+        match self.inner.entries.get(name)? {
+            Entry::Tool(registered) => registered.definition.key_template(),
+            Entry::Status(status) => self.definition(status.target())?.key_template(),
+        }
+    }
+
     /// The store the toolbox uses.
     pub fn store(&self) -> &Arc<dyn Store> {
         self.inner.exec.store()

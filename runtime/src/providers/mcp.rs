@@ -16,6 +16,13 @@
 //! session: `mcp-<uuid>`, generated when the client sends `initialize`. Every call of one
 //! connection — one agent session — shares it, and a new connection starts a new run.
 //!
+//! A request in no session has no run: the 2026-07-28 protocol has no sessions, and rmcp serves
+//! each such HTTP request with a server of its own, so a run made for a request would be made
+//! again for its retry, and the retry would act again. A call whose key needs a run
+//! (`<ctx.run_id>` or `<ctx.step>`, its status companion's too) must then name its run in
+//! `_meta` (accepted over HTTP, scoped to the principal), or it is answered `MISSING_CONTEXT`,
+//! saying so, and nothing runs. Any other call runs with an empty run id.
+//!
 //! A run id or event id a client names in a request's `_meta` (`toolkey/run_id`,
 //! `toolkey/event_id`) is refused by default: the request is answered with the error
 //! `RUN_ID_NOT_ACCEPTED` and nothing runs. Were it trusted, a client naming another client's
@@ -117,7 +124,8 @@ pub enum ClientRunIds {
     #[default]
     Refused,
     /// Accepted and scoped to the client's session: a run id names one of this session's runs,
-    /// and another session naming the same run id names another run. Runs end with the session.
+    /// and another session naming the same run id names another run. Runs end with the session;
+    /// a request in no session naming one is answered `MISSING_CONTEXT`, and nothing runs.
     Session,
     /// Accepted and scoped to a principal the server sets for this client (the user it
     /// authenticated, the account a stdio server was started for): the sessions of one
@@ -128,13 +136,22 @@ pub enum ClientRunIds {
 }
 
 impl ClientRunIds {
-    /// The identity a client named, scoped to that client; an error when it is refused.
-    fn scope(&self, named: &str, key: &str, session_run_id: &str) -> Result<String, ToolError> {
+    /// The identity a client named, scoped to that client; an error when it is refused, or
+    /// scoped to a session and the request has none.
+    fn scope(
+        &self,
+        named: &str,
+        key: &str,
+        session_run_id: Option<&str>,
+    ) -> Result<String, ToolError> {
         let (kind, scope) = match self {
             ClientRunIds::Refused => {
                 return Err(texts::client_run_id_refused(RUN_ID_NOT_ACCEPTED, key))
             }
-            ClientRunIds::Session => ("mcp-session", session_run_id),
+            ClientRunIds::Session => (
+                "mcp-session",
+                session_run_id.ok_or_else(|| texts::no_session_for_run(key))?,
+            ),
             ClientRunIds::Principal(principal) => ("mcp-principal", principal.as_str()),
         };
         // The scope's length first, so no scope and name can pass for another pair.
@@ -209,6 +226,20 @@ pub fn context_from_meta(
     session_run_id: &str,
     client_run_ids: &ClientRunIds,
 ) -> Result<ToolContext, ToolError> {
+    call_context(meta, Some(session_run_id), client_run_ids, None)
+}
+
+/// [`context_from_meta`] for a request that may belong to no session (`session_run_id`:
+/// `None`), calling `tool` (when known) in `toolbox`. Such a request has no run of its own: a
+/// call whose key needs one (`<ctx.run_id>`, `<ctx.step>`) and names none is refused, since a
+/// run made for the request would be made again for its retry. Any other runs with an empty run
+/// id, which no key reads.
+pub(crate) fn call_context(
+    meta: Option<&Map<String, Value>>,
+    session_run_id: Option<&str>,
+    client_run_ids: &ClientRunIds,
+    tool: Option<(&Toolbox, &str)>,
+) -> Result<ToolContext, ToolError> {
     let empty = Map::new();
     let meta = meta.unwrap_or(&empty);
     let text = |key: &str| match meta.get(key) {
@@ -220,7 +251,17 @@ pub fn context_from_meta(
         Some(named) => client_run_ids.scope(&named, key, session_run_id).map(Some),
         None => Ok(None),
     };
-    let run_id = scoped(META_RUN_ID)?.unwrap_or_else(|| session_run_id.to_string());
+    let run_id = match (scoped(META_RUN_ID)?, session_run_id) {
+        (Some(named), _) => named,
+        (None, Some(session)) => session.to_string(),
+        (None, None) => match tool {
+            Some((toolbox, name)) if needs_run(toolbox, name) => {
+                let may_name = client_run_ids != &ClientRunIds::Refused;
+                return Err(texts::run_required(name, may_name));
+            }
+            _ => String::new(),
+        },
+    };
     let mut ctx = ToolContext::new(run_id);
     match meta.get(META_STEP) {
         None | Some(Value::Null) => {}
@@ -235,6 +276,14 @@ pub fn context_from_meta(
         ctx = ctx.with_event(event);
     }
     Ok(ctx)
+}
+
+/// Whether a call of `name` keys its record by its run: its key, or for a status companion its
+/// tool's, names `ctx.run_id` or `ctx.step` (a step is a place within one run).
+fn needs_run(toolbox: &Toolbox, name: &str) -> bool {
+    toolbox.record_template(name).is_some_and(|template| {
+        crate::key::placeholders(template).any(|name| matches!(name, "ctx.run_id" | "ctx.step"))
+    })
 }
 
 #[cfg(test)]

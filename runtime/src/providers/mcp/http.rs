@@ -13,7 +13,8 @@
 //!   ([`ClientRunIds::Principal`](super::ClientRunIds::Principal)): a client that reconnects
 //!   and names its run again continues it — its retry replays — and a principal naming another
 //!   principal's run id names a run of its own. Calls that name no run share their session's
-//!   run, as over stdio.
+//!   run, as over stdio; a request in no session (the 2026-07-28 protocol) has no run, so a
+//!   call whose key needs one must name it (see [Run ids](super#run-ids)).
 //! - **Sessions.** An MCP session belongs to the principal that opened it: a request of another
 //!   principal naming its session id is answered `404 Not Found`, as for a session that does not
 //!   exist, so nobody else can call, listen on or close it.

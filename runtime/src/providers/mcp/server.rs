@@ -15,8 +15,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
 use super::tasks::{self, Answer, Owner};
-use super::{call_tool_result, context_from_meta, handle_tools_call, ClientRunIds};
-use crate::{ToolContext, Toolbox};
+use super::{call_context, call_tool_result, handle_tools_call, ClientRunIds};
+use crate::{texts, ToolContext, Toolbox};
 
 /// A toolbox served over MCP: `tools/list` from its definitions (annotations included),
 /// `tools/call` through [`Toolbox::call`], so keys, replays, `IN_PROGRESS` and `CONFLICT` hold
@@ -160,11 +160,12 @@ impl McpServer {
         Ok((self.tenant.clone(), self.client_run_ids.clone()))
     }
 
-    /// Whose tasks a request's calls make and finds: its principal's, or this session's.
-    fn task_owner(&self, client_run_ids: &ClientRunIds) -> Owner {
+    /// Whose tasks a request's calls make and finds: its principal's, or its session's; no
+    /// one's on a request with neither, which then gets no task.
+    fn task_owner(client_run_ids: &ClientRunIds, session: Option<&str>) -> Option<Owner> {
         match client_run_ids {
-            ClientRunIds::Principal(principal) => Owner::principal(principal),
-            _ => Owner::session(&self.run_id(false)),
+            ClientRunIds::Principal(principal) => Some(Owner::principal(principal)),
+            _ => session.map(Owner::session),
         }
     }
 
@@ -174,19 +175,33 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<(String, Owner), ErrorData> {
         let (tenant, client_run_ids) = self.call_scope(context)?;
-        Ok((tenant.unwrap_or_default(), self.task_owner(&client_run_ids)))
+        let session = self.session_run(context);
+        let owner = Self::task_owner(&client_run_ids, session.as_deref())
+            .ok_or_else(|| ErrorData::invalid_params(texts::TASK_NOT_FOUND, None))?;
+        Ok((tenant.unwrap_or_default(), owner))
     }
 
-    /// The session's run id: made at `initialize`, or at the first call of a client that skips it.
-    fn run_id(&self, fresh: bool) -> Arc<str> {
+    /// Starts the session's run, at `initialize`.
+    fn start_run(&self) {
         let mut session = self
             .session_run_id
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if fresh || session.is_none() {
+        *session = Some(Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())));
+    }
+
+    /// The session's run: made at `initialize`, or at the first call of a client that skips it
+    /// on a connection of its own (stdio). `None` for an HTTP request outside a session: rmcp
+    /// serves each with a fresh server, so a run made here would be made again for its retry.
+    fn session_run(&self, context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+        let mut session = self
+            .session_run_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if session.is_none() && context.extensions.get::<http::request::Parts>().is_none() {
             *session = Some(Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())));
         }
-        session.clone().expect("set above")
+        session.clone()
     }
 }
 
@@ -285,7 +300,7 @@ impl ServerHandler for McpServer {
     ) -> Result<InitializeResult, ErrorData> {
         self.call_scope(&context)?;
         context.peer.set_peer_info(request.clone());
-        self.run_id(true);
+        self.start_run();
         self.negotiate_initialize(&request)
     }
 
@@ -314,14 +329,17 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (tenant, client_run_ids) = self.call_scope(&context)?;
-        let run_id = self.run_id(false);
+        let session = self.session_run(&context);
         let meta: &Map<String, Value> = &context.meta;
         // rmcp refuses a task to a client that did not declare the extension on this request
-        // (or, in a session, at `initialize`): such a client waits, as before.
+        // (or, in a session, at `initialize`): such a client waits, as before. So does one
+        // nobody could find its task for.
+        let owner = Self::task_owner(&client_run_ids, session.as_deref());
         let accepts_tasks = context
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks());
-        let reply = match context_from_meta(Some(meta), &run_id, &client_run_ids) {
+        let tool = Some((&self.toolbox, request.name.as_ref()));
+        let reply = match call_context(Some(meta), session.as_deref(), &client_run_ids, tool) {
             Ok(ctx) => {
                 let ctx = match tenant {
                     Some(tenant) => ctx.with_tenant(tenant),
@@ -329,10 +347,9 @@ impl ServerHandler for McpServer {
                 };
                 let (ctx, _unanswered) = with_progress(ctx, &context);
                 let ctx = ctx.with_mcp_request_id(context.id.to_string());
-                match self.task_after.filter(|_| accepts_tasks) {
-                    Some(after) => {
+                match (self.task_after.filter(|_| accepts_tasks), owner) {
+                    (Some(after), Some(owner)) => {
                         let arguments = request.arguments.map(Value::Object);
-                        let owner = self.task_owner(&client_run_ids);
                         let answer = tasks::call(
                             &self.toolbox,
                             &request.name,
@@ -346,7 +363,7 @@ impl ServerHandler for McpServer {
                             Answer::Done(result) => call_tool_result(&result),
                         }
                     }
-                    None => {
+                    _ => {
                         let params = serde_json::json!({"name": request.name, "arguments": request.arguments});
                         handle_tools_call(&self.toolbox, &params, &ctx).await
                     }
