@@ -888,6 +888,46 @@ async fn python_sessionless_retry_after_a_dropped_connection_acts_once() {
     assert_eq!(refunds.count(), 1);
 }
 
+// ---- hosts -------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_host_list_allows_no_host() {
+    let charge = stateless_call(
+        "charge",
+        json!({"order": "order-1", "cents": 500}),
+        json!({"toolkey/run_id": "run-1"}),
+    );
+    // A configured list of hosts that came out empty allows none: not the forged one, not even
+    // the address the server listens on.
+    let no_hosts = Vec::<String>::new();
+    let server = Server::start_with(Duration::ZERO, |mcp| mcp.with_allowed_hosts(no_hosts)).await;
+    for host in [Some("attacker.example"), None] {
+        let (status, answer) =
+            stateless_post(&server.url, "alice-token", "charge", &charge, host).await;
+        assert_eq!(status, 403, "Host {host:?}: {answer}");
+    }
+    let (status, session, _) = raw_initialize(&server.url, Some("alice-token")).await;
+    assert_eq!((status, session), (403, None));
+    assert_eq!(server.stop().await, 0);
+
+    // A list that names a host allows that host only.
+    let server = Server::start_with(Duration::ZERO, |mcp| {
+        mcp.with_allowed_hosts(["mcp.example.com"])
+    })
+    .await;
+    let forged = Some("attacker.example");
+    let (status, _) = stateless_post(&server.url, "alice-token", "charge", &charge, forged).await;
+    assert_eq!(status, 403);
+    let named = Some("mcp.example.com");
+    let (status, answer) =
+        stateless_post(&server.url, "alice-token", "charge", &charge, named).await;
+    assert_eq!(
+        (status, wire_answer(&answer)),
+        (200, ("ch_1".into(), false))
+    );
+    assert_eq!(server.stop().await, 1);
+}
+
 /// README's HTTP block compiles only with feature `mcp-http` (README's blocks are doctests of
 /// the facade, and CI runs them with every feature), and it never serves: its shown lines must
 /// be `examples/mcp_http.rs`'s, in order, so it cannot drift from the example that runs.

@@ -258,6 +258,9 @@ impl McpHttp {
     /// `Host` header so that a web page cannot reach a server on a private network by DNS
     /// rebinding. Loopback names only (`localhost`, `127.0.0.1`, `::1`) when not set: a public
     /// deployment names its own, `["mcp.example.com"]`.
+    ///
+    /// An empty list allows no host: every request is answered `403 Forbidden`, saying so (a
+    /// configured list that came out empty must not turn the check off).
     pub fn with_allowed_hosts(
         mut self,
         hosts: impl IntoIterator<Item = impl Into<String>>,
@@ -277,6 +280,11 @@ impl McpHttp {
     pub fn router(&self) -> Router {
         let mut config = StreamableHttpServerConfig::default()
             .with_cancellation_token(self.shutdown.child_token());
+        // rmcp reads an empty list as "every host": toolkey refuses every request itself.
+        let no_host = self.allowed_hosts.as_ref().is_some_and(Vec::is_empty);
+        if no_host {
+            tracing::error!("toolkey: the MCP endpoint allows no host (its allowed hosts are an empty list): every request is refused");
+        }
         if let Some(hosts) = &self.allowed_hosts {
             config = config.with_allowed_hosts(hosts.clone());
         }
@@ -288,6 +296,7 @@ impl McpHttp {
             config,
         );
         let gate = Arc::new(Gate {
+            no_host,
             authenticator: self.authenticator.clone(),
             sessions,
             owners: Mutex::default(),
@@ -325,6 +334,8 @@ const SESSION_ID: &str = "mcp-session-id";
 /// What every request passes before the MCP layer: the authenticator, and which principal
 /// opened each live session.
 struct Gate {
+    /// The allowed hosts are an empty list: no request is let in.
+    no_host: bool,
     authenticator: Arc<dyn Authenticator>,
     sessions: Arc<LocalSessionManager>,
     owners: Mutex<Owners>,
@@ -372,6 +383,9 @@ impl Gate {
 /// reaches it when its principal opened it: any other is told the session does not exist, so a
 /// session id that leaks lets no one else call, listen on or close the session.
 async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+    if gate.no_host {
+        return no_host_allowed();
+    }
     let (mut parts, body) = request.into_parts();
     // Whatever an earlier layer put there, only what this authenticator proves counts.
     parts.extensions.remove::<Principal>();
@@ -402,6 +416,21 @@ async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Nex
         Some(_) => {}
     }
     response
+}
+
+/// The answer to every request of an endpoint whose allowed hosts are an empty list.
+fn no_host_allowed() -> Response {
+    let body = serde_json::json!({"error": {"code": "HOST_NOT_ALLOWED",
+        "message": "this MCP endpoint allows no host: its list of allowed hosts is empty; its operator must name the hosts it answers to"}});
+    (
+        StatusCode::FORBIDDEN,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// What MCP's streamable HTTP transport answers for a session it does not know: the client
