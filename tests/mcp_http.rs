@@ -96,11 +96,12 @@ async fn charge(
     Ok(payment)
 }
 
-/// Alice and Bob, each their own tenant; Carol is known and may not use the server; every other
-/// credential is refused.
+/// Alice and Bob, each their own tenant; an Alice of another tenant; Carol is known and may
+/// not use the server; every other credential is refused.
 fn authenticate(request: &Parts) -> Result<Principal, Refusal> {
     match bearer_token(request) {
         Some("alice-token") => Ok(Principal::new("alice")),
+        Some("other-alice-token") => Ok(Principal::new("alice").with_tenant("elsewhere")),
         Some("bob-token") => Ok(Principal::new("bob")),
         Some("carol-token") => Err(Refusal::forbidden("carol may not use this server")),
         Some(_) => Err(Refusal::unauthenticated("unknown token")),
@@ -691,6 +692,36 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
         "{body}"
     );
     assert_eq!(server.stop().await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_belongs_to_its_principal_in_its_tenant() {
+    let server = Server::start(Duration::ZERO).await;
+    let (status, session, _) = raw_initialize(&server.url, Some("alice-token")).await;
+    assert_eq!(status, 200);
+    let session = session.expect("a session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _) = raw_post(&server.url, "alice-token", &session, initialized).await;
+    assert_eq!(status, 202);
+
+    // An Alice of another tenant is another caller: to her the session does not exist.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "charge", "arguments": {"order": "order-1", "cents": 500},
+        "_meta": {"toolkey/run_id": "run-1"}}});
+    let (status, body) = raw_post(&server.url, "other-alice-token", &session, call.clone()).await;
+    assert_eq!(status, 404, "{body}");
+    for method in [Method::GET, Method::DELETE] {
+        let status = raw_request(&server.url, method.clone(), "other-alice-token", &session);
+        assert_eq!(status.await, 404, "{method}");
+    }
+    assert_eq!(server.ledger.count(), 0);
+    // Alice's own call on it runs.
+    let (_, body) = raw_post(&server.url, "alice-token", &session, call).await;
+    assert!(
+        body.contains("ch_1") && body.contains("\"tenant\":\"alice\""),
+        "{body}"
+    );
+    assert_eq!(server.stop().await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,9 +15,9 @@
 //!   principal's run id names a run of its own. Calls that name no run share their session's
 //!   run, as over stdio; a request in no session (the 2026-07-28 protocol) has no run, so a
 //!   call whose key needs one must name it (see [Run ids](super#run-ids)).
-//! - **Sessions.** An MCP session belongs to the principal that opened it: a request of another
-//!   principal naming its session id is answered `404 Not Found`, as for a session that does not
-//!   exist, so nobody else can call, listen on or close it.
+//! - **Sessions.** An MCP session belongs to the principal that opened it, its id in its
+//!   tenant: a request of another principal naming its session id is answered `404 Not Found`,
+//!   as for a session that does not exist, so nobody else can call, listen on or close it.
 //! - **Progress.** [`ToolContext::progress`](crate::ToolContext::progress) sends
 //!   `notifications/progress` to a client that asked for them, on the request's own stream.
 //!
@@ -341,16 +341,16 @@ struct Gate {
     owners: Mutex<Owners>,
 }
 
-/// The principal of each session this endpoint opened, and the size at which ended sessions are
-/// next swept out.
+/// The principal of each session this endpoint opened (its id and its tenant: the same id in
+/// another tenant is another caller), and the size at which ended sessions are next swept out.
 #[derive(Default)]
 struct Owners {
-    by_session: HashMap<String, Arc<str>>,
+    by_session: HashMap<String, Principal>,
     sweep_at: usize,
 }
 
 impl Gate {
-    fn owner(&self, session: &str) -> Option<Arc<str>> {
+    fn owner(&self, session: &str) -> Option<Principal> {
         let owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
         owners.by_session.get(session).cloned()
     }
@@ -358,7 +358,7 @@ impl Gate {
     async fn opened(&self, session: String, principal: &Principal) {
         let sweep = {
             let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-            owners.by_session.insert(session, Arc::from(principal.id()));
+            owners.by_session.insert(session, principal.clone());
             owners.by_session.len() > owners.sweep_at
         };
         if sweep {
@@ -396,7 +396,7 @@ async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Nex
     let session = match parts.headers.get(SESSION_ID) {
         None => None,
         Some(value) => match value.to_str() {
-            Ok(session) if gate.owner(session).as_deref() == Some(principal.id()) => {
+            Ok(session) if gate.owner(session).as_ref() == Some(&principal) => {
                 Some(session.to_string())
             }
             _ => return session_not_found(),
