@@ -630,6 +630,11 @@ fn not_found(polled: Result<(Vec<TaskStatus>, GetTaskResult), ServiceError>) {
 
 /// Waits until the status companion reads the invoice as recorded.
 async fn until_recorded(url: &str) {
+    until_status(url, "completed").await
+}
+
+/// Waits until the status companion reads the invoice's `status` as `status`.
+async fn until_status(url: &str, wanted: &str) {
     let client = rmcp_client(url, "alice-token", false).await;
     let recorded = async {
         loop {
@@ -639,7 +644,7 @@ async fn until_recorded(url: &str) {
                 .await
                 .expect("invoice_status answers");
             let status = serde_json::to_value(status).unwrap();
-            if status["structuredContent"]["status"] == "completed" {
+            if status["structuredContent"]["status"] == wanted {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -647,7 +652,7 @@ async fn until_recorded(url: &str) {
     };
     tokio::time::timeout(Duration::from_secs(20), recorded)
         .await
-        .expect("the invoice is recorded in time");
+        .unwrap_or_else(|_| panic!("the invoice reads {wanted} in time"));
     client.cancel().await.expect("the client closes");
 }
 
@@ -798,6 +803,11 @@ impl Outage {
     fn is_on(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Whether billing was down: it is back from now on.
+    fn end(&self) -> bool {
+        self.0.swap(false, Ordering::SeqCst)
+    }
 }
 
 /// Send an invoice; while billing is down, fail after the delay, and say a retry is safe.
@@ -841,14 +851,14 @@ async fn rmcp_a_task_whose_call_failed_retryably_says_call_again() {
     let server = Server::start(toolbox, "memory", Duration::from_millis(300)).await;
     let alice = rmcp_client(&server.url, "alice-token", true).await;
 
-    // The call fails after it became a task: the failure released the key, and the task says
-    // a retry is safe.
+    // The call fails after it became a task: the failure released the key, and the task
+    // answers as the call would have, with the tool's error, which says a retry is safe.
     let task = task_id(call(&alice).await);
     let (_, last) = poll(&alice, &task).await.unwrap();
     let error = error_of(&task_result(&last));
     assert_eq!(
         (&error["code"], &error["retryable"]),
-        (&json!("NO_OUTCOME"), &json!(true))
+        (&json!("BILLING_DOWN"), &json!(true))
     );
     assert_eq!(billing.count(), 0);
 
@@ -859,7 +869,7 @@ async fn rmcp_a_task_whose_call_failed_retryably_says_call_again() {
     assert_ne!(retry, task);
     let (statuses, last) = poll(&alice, &task).await.unwrap();
     assert_eq!(statuses, [TaskStatus::Completed]);
-    assert_eq!(error_of(&task_result(&last))["code"], "NO_OUTCOME");
+    assert_eq!(error_of(&task_result(&last))["code"], "BILLING_DOWN");
     let (_, last) = poll(&alice, &retry).await.unwrap();
     assert_eq!(
         invoice_of(&task_result(&last)),
@@ -921,6 +931,123 @@ async fn rmcp_progress_stops_once_a_call_is_a_task() {
     // for tasks, and the later stages went to no one.
     assert_eq!(*alice.service().progress.lock().unwrap(), [1.0]);
     alice.cancel().await.expect("the client closes");
+    server.stop().await;
+    assert_eq!(billing.count(), 1);
+}
+
+/// Send an invoice; the same call again while one runs waits for it (up to 20 s) and replays
+/// it. While billing is down, the next call fails after the delay, retryably, and billing is
+/// back.
+#[tool(
+    idempotent(
+        key = "invoice:<customer>:<period>",
+        status = "invoice_status",
+        on_in_progress = "wait(20s)"
+    ),
+    name = "send_invoice"
+)]
+async fn send_invoice_or_wait(
+    billing: State<Billing>,
+    outage: State<Outage>,
+    /// Customer ID, for example "acme".
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    if outage.end() {
+        let delay = *billing.delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        return Err(
+            ToolError::new("BILLING_DOWN", "the billing system is down").with_retryable(true)
+        );
+    }
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
+
+/// A server whose duplicate calls wait, its invoices taking `delay`, billing down for the next
+/// call when `outage`; Alice's call, made by a client without tasks, running; and Carol's call
+/// of the same invoice (she shares Alice's tenant), by a client with tasks, waiting behind it
+/// and announced as a task. The server, Alice's call, Carol's client and her task.
+async fn duplicate_waiting_as_a_task(
+    billing: &Arc<Billing>,
+    outage: bool,
+) -> (Server, JoinHandle<CallToolResponse>, Client, String) {
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .shared_state(Arc::new(Outage(AtomicBool::new(outage))))
+        .tool(SendInvoiceOrWait)
+        .build()
+        .unwrap();
+    let server = Server::start(toolbox, "memory", Duration::from_millis(300)).await;
+    let alice = rmcp_client(&server.url, "alice-token", false).await;
+    let first = tokio::spawn(async move {
+        let answer = call(&alice).await;
+        alice.cancel().await.expect("the client closes");
+        answer
+    });
+    until_status(&server.url, "in_progress").await;
+    let carol = rmcp_client(&server.url, "carol-token", true).await;
+    let task = task_id(call(&carol).await);
+    (server, first, carol, task)
+}
+
+fn complete(response: CallToolResponse) -> Value {
+    match response {
+        CallToolResponse::Complete(result) => serde_json::to_value(result).unwrap(),
+        other => panic!("a result, not {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_a_waiting_duplicate_as_a_task_ends_with_a_replay_marked_as_one() {
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(1500)));
+    let (server, first, carol, task) = duplicate_waiting_as_a_task(&billing, false).await;
+    let first = complete(first.await.unwrap());
+    assert_eq!(invoice_of(&first), ("inv-1".to_string(), false));
+
+    // Carol's call did not send the invoice: its task's result is Alice's, marked a replay, as
+    // the same call without a task is answered.
+    let (_, last) = poll(&carol, &task).await.unwrap();
+    let result = task_result(&last);
+    assert_eq!(invoice_of(&result), ("inv-1".to_string(), true));
+    assert_eq!(result["content"][1]["type"], "text", "{result}");
+    let without_task = rmcp_client(&server.url, "carol-token", false).await;
+    assert_eq!(
+        invoice_of(&complete(call(&without_task).await)),
+        ("inv-1".to_string(), true)
+    );
+    for client in [carol, without_task] {
+        client.cancel().await.expect("the client closes");
+    }
+    server.stop().await;
+    assert_eq!(billing.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_a_waiting_duplicate_that_takes_the_key_is_the_task_that_acted() {
+    // Alice's call fails retryably after 1 s and frees the key; Carol's, waiting, takes it and
+    // sends the invoice.
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(1000)));
+    let (server, first, carol, task) = duplicate_waiting_as_a_task(&billing, true).await;
+    let error = error_of(&complete(first.await.unwrap()));
+    assert_eq!(
+        (&error["code"], &error["retryable"]),
+        (&json!("BILLING_DOWN"), &json!(true))
+    );
+
+    // Carol's task follows her own call, which sent the invoice: not "no outcome".
+    let (statuses, last) = poll(&carol, &task).await.unwrap();
+    assert_eq!(
+        invoice_of(&task_result(&last)),
+        ("inv-1".to_string(), false),
+        "{statuses:?}"
+    );
+    carol.cancel().await.expect("the client closes");
     server.stop().await;
     assert_eq!(billing.count(), 1);
 }

@@ -64,11 +64,15 @@
 //! extension (`io.modelcontextprotocol/tasks`, SEP-2663) on its request, a keyed call still
 //! running after 10 s ([`McpServer::with_tasks_after`]), or past its tool's own `timeout`, is
 //! answered with a task (`resultType: "task"`); the body goes on as always. The client polls
-//! `tasks/get`, which reads the call's record in the toolbox's store: `working` while it runs,
-//! `completed` with its result once it ended. An error is a `completed` task too, whose result
-//! is the `isError` answer the call would have given (the extension keeps `failed` for protocol
-//! errors): a terminal error, `OUTCOME_UNKNOWN` for a call that stopped without recording what
-//! it did (do not repeat it), or [`NO_OUTCOME`] for one that released its key (call again).
+//! `tasks/get`: `working` while the call runs, `completed` once it ended, with the answer the
+//! call itself gave: its result, marked as a replay exactly when the call's answer was one (a
+//! duplicate that waited for another caller's call and replayed it), or the `isError` answer
+//! (the extension keeps `failed` for protocol errors). The task follows its own call, whoever
+//! reserved the key first: a duplicate that took the key once the first call freed it, and
+//! acted, ends with its own result. Should the process running the call stop first, the
+//! task reads the call's record in the toolbox's store: its result, `OUTCOME_UNKNOWN` for a call
+//! that stopped without recording what it did (do not repeat it), or [`NO_OUTCOME`] for one
+//! that released its key (call again).
 //!
 //! A task is announced only once it exists durably (the call's record is in progress, and a
 //! task record names it), so it survives a restart, and any instance on a shared store

@@ -5,7 +5,13 @@
 //! `TIMEOUT`; the body goes on as it always does. The task is announced only once it exists
 //! durably: the call's own record is in progress in the store, and a small task record, under
 //! the caller's tenant and owner, names that record. `tasks/get` reads both, on any instance
-//! that shares the store, before or after a restart. A task made for a call that met the same
+//! that shares the store, before or after a restart. A call still running in this process when
+//! it becomes a task has a third record, its answer: in progress while the call runs (this
+//! process renews its lease), then the answer the call gave, which is the task's as it is. So a
+//! task follows its own call, whoever holds the key: a duplicate waiting behind another
+//! caller's call ends with that call's result marked as a replay, or, when that call freed the
+//! key and the duplicate took it, with its own. Should the process stop first, the lease lapses
+//! and the call's record says what is known. A task made for a call that met the same
 //! call already running follows that one, and ends with its result marked as a replay, as the
 //! call itself would have been answered once it finished.
 //!
@@ -15,15 +21,18 @@
 //! another caller's task id finds nothing. Operators see task records as those of `<tool>:task`;
 //! they expire with their call's retention, counted from the task's creation.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rmcp::model::{CreateTaskResult, DetailedTask, GetTaskResult, Task, TaskPayload, TaskStatus};
 use rmcp::ErrorData;
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 use super::{call_tool_result, NO_OUTCOME};
+use crate::lease::Renewal;
 use crate::providers::{call_arguments, run};
-use crate::store::{Outcome, Record, RecordKey, Reservation, StoreError, Token};
+use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
 use crate::story::Story;
 use crate::texts::{self, Named};
 use crate::{ErrorCode, Fingerprint, ToolContext, ToolError, ToolOutput, Toolbox};
@@ -68,10 +77,20 @@ impl Owner {
     /// The task record of `task_id` in `tenant`. The id's length first, so no owner and task id
     /// can pass for another pair.
     fn record(&self, tenant: &str, task_id: &str) -> RecordKey {
+        self.named("mcp-task", tenant, task_id)
+    }
+
+    /// The record of the answer of the call `task_id` follows: in progress while the call runs
+    /// (its lease renewed by the process running it), then the call's answer.
+    fn answer(&self, tenant: &str, task_id: &str) -> RecordKey {
+        self.named("mcp-task-answer", tenant, task_id)
+    }
+
+    fn named(&self, namespace: &str, tenant: &str, task_id: &str) -> RecordKey {
         let Owner { kind, id } = self;
         RecordKey::new(
             tenant,
-            format!("mcp-task:{kind}:{}:{id}:{task_id}", id.len()),
+            format!("{namespace}:{kind}:{}:{id}:{task_id}", id.len()),
         )
     }
 }
@@ -120,13 +139,20 @@ pub(super) async fn call(
         fingerprint,
         retain: definition.settings.retain,
     };
-    let call = toolbox.call(name, args, ctx);
-    tokio::pin!(call);
+    // The call runs in a task of its own: once it is a task it goes on there, and whatever it
+    // ends with (its own result, another call's replayed, an error) is the task's answer. A
+    // duplicate waiting behind another caller's call may replay it, or take the key when that
+    // call frees it and act itself: only the call knows which.
+    let mut call = {
+        let (toolbox, name, ctx) = (toolbox.clone(), name.to_string(), ctx.clone());
+        tokio::spawn(async move { toolbox.call(&name, args, &ctx).await })
+    };
     let check = tokio::time::sleep(after);
     tokio::pin!(check);
     loop {
         tokio::select! {
-            result = &mut call => {
+            ended = &mut call => {
+                let result = ended.unwrap_or_else(|err| Err(texts::task_failed(name, &err.to_string())));
                 // The tool's own timeout came first, or the same call already runs: a client
                 // that polls needs neither a TIMEOUT nor an IN_PROGRESS.
                 let running = |err: &ToolError| {
@@ -136,17 +162,21 @@ pub(super) async fn call(
                     // IN_PROGRESS: the call running is another caller's, and its result,
                     // when the task ends, a replay for this one.
                     let replay = matches!(&result, Err(err) if err.is(ErrorCode::InProgress));
-                    let task = announce(toolbox, &followed, owner, true, after, replay).await;
-                    if let Some(task) = task {
+                    let task = announce(toolbox, &followed, owner, true, after, replay, false).await;
+                    if let Some((task, _)) = task {
                         return Answer::Task(task);
                     }
                 }
                 return Answer::Done(result);
             }
             () = &mut check => {
-                // Dropping the call's future leaves its body running and its key held.
-                let task = announce(toolbox, &followed, owner, false, after, false).await;
-                if let Some(task) = task {
+                let task = announce(toolbox, &followed, owner, false, after, false, true).await;
+                if let Some((task, answer)) = task {
+                    if let Some((key, token)) = answer {
+                        let store = toolbox.store().clone();
+                        let tool = name.to_string();
+                        tokio::spawn(record_answer(store, key, token, followed.retain, call, tool));
+                    }
                     return Answer::Task(task);
                 }
                 // Not reserved yet (a slow store, a duplicate waiting its turn): look again.
@@ -160,6 +190,8 @@ pub(super) async fn call(
 /// `finished_too`, completed) under its fingerprint, and the task record written; `None` when
 /// either is not so, and the caller keeps waiting for the call itself. `replay`: the call
 /// followed is another caller's, so the result the task ends with is a replay for this one.
+/// `answered`: the call goes on in this process, and its answer will be the task's; the record
+/// that answer goes in is reserved first, and returned with its token.
 async fn announce(
     toolbox: &Toolbox,
     followed: &Followed<'_>,
@@ -167,7 +199,8 @@ async fn announce(
     finished_too: bool,
     after: Duration,
     replay: bool,
-) -> Option<CreateTaskResult> {
+    answered: bool,
+) -> Option<(CreateTaskResult, Option<(RecordKey, Token)>)> {
     let store = toolbox.store();
     // Which reservation the task follows: a later one (a retry, after this call released the
     // key) is another call's, whose progress this task must not report as its own.
@@ -197,12 +230,32 @@ async fn announce(
         "reserved_ns": since.map(nanos),
         "created_at": timestamp(created),
         "replay": replay,
+        "answered": answered,
     });
     let fingerprint = Fingerprint::of(&content).expect("a task record is plain JSON");
+    // Listed for operators as `<tool>:task`, a name no tool or step can have.
+    let label = format!("{}:task", followed.tool);
+    let answer = match answered {
+        true => {
+            let answer = owner.answer(&followed.record.tenant, &task_id);
+            let token = Token::generate();
+            let reserved = store
+                .reserve(&answer, &label, &fingerprint, &token, TASK_RECORD_LEASE)
+                .await;
+            match reserved {
+                Ok(Reservation::Reserved { token, .. }) => Some((answer, token)),
+                Ok(Reservation::Existing(_)) => return None,
+                Err(err) => {
+                    tracing::debug!(tool = %followed.tool, error = %err, "toolkey: a task's answer record was not reserved; no task yet");
+                    let _ = store.release(&answer, &token).await;
+                    return None;
+                }
+            }
+        }
+        false => None,
+    };
     let token = Token::generate();
     let written = async {
-        // Listed for operators as `<tool>:task`, a name no tool or step can have.
-        let label = format!("{}:task", followed.tool);
         match store
             .reserve(&key, &label, &fingerprint, &token, TASK_RECORD_LEASE)
             .await?
@@ -215,21 +268,50 @@ async fn announce(
             Reservation::Existing(_) => Ok(false),
         }
     };
-    match written.await {
-        Ok(true) => {}
-        Ok(false) => return None,
-        Err(err) => {
+    let written = written.await;
+    if !matches!(written, Ok(true)) {
+        if let Err(err) = written {
             tracing::warn!(tool = %followed.tool, error = %err, "toolkey: a task record was not written; the call is answered without a task");
             // A reserve whose reply was lost may hold the record: free it.
             let _ = store.release(&key, &token).await;
-            return None;
         }
+        if let Some((answer, token)) = &answer {
+            let _ = store.release(answer, token).await;
+        }
+        return None;
     }
     tracing::debug!(tool = %followed.tool, "toolkey: the call continues as a task");
     let task = seed(&task_id, created, created, followed.retain, after);
-    Some(CreateTaskResult::new(
-        task.with_status_message(texts::task_working(followed.tool)),
-    ))
+    let task = CreateTaskResult::new(task.with_status_message(texts::task_working(followed.tool)));
+    Some((task, answer))
+}
+
+/// Waits for the call a task follows, renewing the lease of the task's answer record meanwhile
+/// (so a poll on any instance reads the call as running while this process runs it), then
+/// records the call's answer there, as the call would have been answered: with the replay mark
+/// exactly when its answer is a replay. Should this process stop first, the lease lapses and
+/// polls read the call's own record.
+async fn record_answer(
+    store: Arc<dyn Store>,
+    key: RecordKey,
+    token: Token,
+    retain: Duration,
+    call: JoinHandle<Result<ToolOutput, ToolError>>,
+    tool: String,
+) {
+    let renewal = Renewal::start(store.clone(), key.clone(), token.clone(), TASK_RECORD_LEASE);
+    let result = call
+        .await
+        .unwrap_or_else(|err| Err(texts::task_failed(&tool, &err.to_string())));
+    let mut answer = call_tool_result(&result);
+    answer["resultType"] = json!("complete");
+    let written = store
+        .complete(&key, &token, &Outcome::Ok(answer), retain)
+        .await;
+    drop(renewal);
+    if !matches!(written, Ok(true)) {
+        tracing::warn!(tool = %tool, "toolkey: a task's answer was not recorded; its polls read the call's record once the answer record's lease lapses");
+    }
 }
 
 /// The answer to `tasks/get`: the task's status and, once it ended, its result, read from the
@@ -243,6 +325,34 @@ pub(super) async fn get(
 ) -> Result<GetTaskResult, ErrorData> {
     let found = find(toolbox, tenant, owner, task_id).await?;
     let store = toolbox.store();
+    if found.answered {
+        let answer = store
+            .get(&owner.answer(tenant, task_id))
+            .await
+            .map_err(unreadable)?;
+        match answer {
+            Some(Record::Completed {
+                outcome: Outcome::Ok(Value::Object(result)),
+                completed_at,
+                ..
+            }) => {
+                let updated = completed_at.max(found.created);
+                let task = seed(task_id, found.created, updated, found.retain, after);
+                let payload = TaskPayload::Completed { result };
+                return Ok(GetTaskResult::new(DetailedTask::new(task, payload)));
+            }
+            Some(Record::InProgress { .. }) => {
+                let task = seed(task_id, found.created, found.created, found.retain, after)
+                    .with_status_message(texts::task_working(&found.tool));
+                return Ok(GetTaskResult::new(DetailedTask::new(
+                    task,
+                    TaskPayload::Working,
+                )));
+            }
+            // The process running the call stopped before it ended: its record says the rest.
+            _ => {}
+        }
+    }
     let record = store
         .get(&RecordKey::new(tenant, found.key.as_str()))
         .await
@@ -338,6 +448,8 @@ struct Found {
     retain: Duration,
     /// The task follows another caller's call: its result is a replay for this one.
     replay: bool,
+    /// The call's answer is recorded beside the task (see [`record_answer`]).
+    answered: bool,
 }
 
 async fn find(
@@ -375,6 +487,7 @@ async fn find(
             retain: expires_at.duration_since(completed_at).unwrap_or_default(),
             // Absent from a task record written before it was kept.
             replay: content.get("replay").and_then(Value::as_bool) == Some(true),
+            answered: content.get("answered").and_then(Value::as_bool) == Some(true),
         })
     })();
     parsed.ok_or_else(|| {
