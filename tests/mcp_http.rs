@@ -919,6 +919,25 @@ async fn python_sessionless_retry_after_a_dropped_connection_acts_once() {
     assert_eq!(refunds.count(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_note_speaks_of_what_an_mcp_result_holds() {
+    let server = Server::start(Duration::ZERO).await;
+    let body = stateless_call(
+        "charge",
+        json!({"order": "order-1", "cents": 500}),
+        json!({"toolkey/run_id": "run-1"}),
+    );
+    let _ = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    let (_, replay) = stateless_post(&server.url, "alice-token", "charge", &body, None).await;
+    assert_eq!(wire_answer(&replay), ("ch_1".into(), true));
+    // The note follows the result's own text block; an MCP result has no `result` field.
+    let note = replay["content"][1]["text"].as_str().unwrap();
+    assert!(note.contains("not done again"), "{note}");
+    assert!(!note.contains("`result`"), "{note}");
+    assert!(note.contains("the result above"), "{note}");
+    assert_eq!(server.stop().await, 1);
+}
+
 // ---- hosts -------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

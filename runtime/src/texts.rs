@@ -596,6 +596,11 @@ pub(crate) fn lease_lost(what: impl std::fmt::Display) -> ToolError {
 /// not tell the user the work was done again.
 pub(crate) const REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: `result` is that earlier call's result. Tell the user it had already been done, not that it was done now.";
 
+/// [`REPLAY_NOTE`] as an MCP result's second text block, after the block that holds the result
+/// (an MCP result has no `result` field).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) const MCP_REPLAY_NOTE: &str = "This action had already been done by an earlier call with the same arguments, and it was not done again: the result above is that earlier call's result. Tell the user it had already been done, not that it was done now.";
+
 fn status_hint(def: Named<'_>) -> String {
     match def.status {
         Some(status) => format!("call `{status}` with the same arguments to follow it"),

@@ -99,7 +99,7 @@ pub use server::McpServer;
 
 use serde_json::{json, Map, Value};
 
-use super::{run, str_field, REPLAY_NOTE};
+use super::{run, str_field};
 use crate::{texts, ToolContext, ToolError, ToolOutput, Toolbox};
 
 /// The `_meta` key of a request that names the run id (a string).
@@ -193,7 +193,7 @@ pub(crate) fn call_tool_result(result: &Result<ToolOutput, ToolError>) -> Value 
                 reply["content"]
                     .as_array_mut()
                     .expect("content is a list")
-                    .push(json!({"type": "text", "text": REPLAY_NOTE}));
+                    .push(json!({"type": "text", "text": texts::MCP_REPLAY_NOTE}));
                 reply["_meta"] = json!({META_REPLAYED: true});
             }
             reply
@@ -306,7 +306,7 @@ mod tests {
             json!({
                 "content": [
                     {"type": "text", "text": "{\"id\":\"inv-1\"}"},
-                    {"type": "text", "text": REPLAY_NOTE}
+                    {"type": "text", "text": texts::MCP_REPLAY_NOTE}
                 ],
                 "structuredContent": {"id": "inv-1"},
                 "isError": false,
