@@ -1051,3 +1051,49 @@ async fn rmcp_a_waiting_duplicate_that_takes_the_key_is_the_task_that_acted() {
     server.stop().await;
     assert_eq!(billing.count(), 1);
 }
+
+/// Send an invoice, whose record is kept for a second once it is sent.
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    retain = "1s",
+    name = "send_invoice"
+)]
+async fn send_invoice_kept_briefly(
+    billing: State<Billing>,
+    /// Customer ID, for example "acme".
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    Ok(billing.send(&customer, &period, amount, &memo).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_a_task_lives_as_long_as_its_call_runs() {
+    // The invoice takes 2.5 s, more than the second its records are kept once it is sent.
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(2500)));
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(SendInvoiceKeptBriefly)
+        .build()
+        .unwrap();
+    let server = Server::start(toolbox, "memory", Duration::from_millis(300)).await;
+    let alice = rmcp_client(&server.url, "alice-token", true).await;
+    let task = task_id(call(&alice).await);
+    let (statuses, last) = poll(&alice, &task)
+        .await
+        .expect("the task is found for as long as its call runs");
+    assert_eq!(statuses.first(), Some(&TaskStatus::Working));
+    assert_eq!(
+        invoice_of(&task_result(&last)),
+        ("inv-1".to_string(), false)
+    );
+    alice.cancel().await.expect("the client closes");
+    server.stop().await;
+    assert_eq!(billing.count(), 1);
+}

@@ -172,10 +172,9 @@ pub(super) async fn call(
             () = &mut check => {
                 let task = announce(toolbox, &followed, owner, false, after, false, true).await;
                 if let Some((task, answer)) = task {
-                    if let Some((key, token)) = answer {
+                    if let Some(answer) = answer {
                         let store = toolbox.store().clone();
-                        let tool = name.to_string();
-                        tokio::spawn(record_answer(store, key, token, followed.retain, call, tool));
+                        tokio::spawn(record_answer(store, answer, followed.retain, call));
                     }
                     return Answer::Task(task);
                 }
@@ -191,7 +190,7 @@ pub(super) async fn call(
 /// either is not so, and the caller keeps waiting for the call itself. `replay`: the call
 /// followed is another caller's, so the result the task ends with is a replay for this one.
 /// `answered`: the call goes on in this process, and its answer will be the task's; the record
-/// that answer goes in is reserved first, and returned with its token.
+/// that answer goes in is reserved first, and returned.
 async fn announce(
     toolbox: &Toolbox,
     followed: &Followed<'_>,
@@ -200,7 +199,7 @@ async fn announce(
     after: Duration,
     replay: bool,
     answered: bool,
-) -> Option<(CreateTaskResult, Option<(RecordKey, Token)>)> {
+) -> Option<(CreateTaskResult, Option<Answering>)> {
     let store = toolbox.store();
     // Which reservation the task follows: a later one (a retry, after this call released the
     // key) is another call's, whose progress this task must not report as its own.
@@ -230,7 +229,6 @@ async fn announce(
         "reserved_ns": since.map(nanos),
         "created_at": timestamp(created),
         "replay": replay,
-        "answered": answered,
     });
     let fingerprint = Fingerprint::of(&content).expect("a task record is plain JSON");
     // Listed for operators as `<tool>:task`, a name no tool or step can have.
@@ -243,7 +241,12 @@ async fn announce(
                 .reserve(&answer, &label, &fingerprint, &token, TASK_RECORD_LEASE)
                 .await;
             match reserved {
-                Ok(Reservation::Reserved { token, .. }) => Some((answer, token)),
+                Ok(Reservation::Reserved { token, .. }) => Some(Answering {
+                    key: answer,
+                    token,
+                    tool: followed.tool.to_string(),
+                    created,
+                }),
                 Ok(Reservation::Existing(_)) => return None,
                 Err(err) => {
                     tracing::debug!(tool = %followed.tool, error = %err, "toolkey: a task's answer record was not reserved; no task yet");
@@ -275,8 +278,8 @@ async fn announce(
             // A reserve whose reply was lost may hold the record: free it.
             let _ = store.release(&key, &token).await;
         }
-        if let Some((answer, token)) = &answer {
-            let _ = store.release(answer, token).await;
+        if let Some(answer) = &answer {
+            let _ = store.release(&answer.key, &answer.token).await;
         }
         return None;
     }
@@ -286,6 +289,14 @@ async fn announce(
     Some((task, answer))
 }
 
+/// The answer record of a task whose call goes on in this process, reserved.
+struct Answering {
+    key: RecordKey,
+    token: Token,
+    tool: String,
+    created: SystemTime,
+}
+
 /// Waits for the call a task follows, renewing the lease of the task's answer record meanwhile
 /// (so a poll on any instance reads the call as running while this process runs it), then
 /// records the call's answer there, as the call would have been answered: with the replay mark
@@ -293,18 +304,24 @@ async fn announce(
 /// polls read the call's own record.
 async fn record_answer(
     store: Arc<dyn Store>,
-    key: RecordKey,
-    token: Token,
+    answering: Answering,
     retain: Duration,
     call: JoinHandle<Result<ToolOutput, ToolError>>,
-    tool: String,
 ) {
+    let Answering {
+        key,
+        token,
+        tool,
+        created,
+    } = answering;
     let renewal = Renewal::start(store.clone(), key.clone(), token.clone(), TASK_RECORD_LEASE);
     let result = call
         .await
         .unwrap_or_else(|err| Err(texts::task_failed(&tool, &err.to_string())));
     let mut answer = call_tool_result(&result);
     answer["resultType"] = json!("complete");
+    // With the task's creation, so the answer is read whole even once the task record expired.
+    let answer = json!({"created_at": timestamp(created), "result": answer});
     let written = store
         .complete(&key, &token, &Outcome::Ok(answer), retain)
         .await;
@@ -323,36 +340,11 @@ pub(super) async fn get(
     task_id: &str,
     after: Duration,
 ) -> Result<GetTaskResult, ErrorData> {
+    if let Some(answered) = answered(toolbox, tenant, owner, task_id, after).await? {
+        return Ok(answered);
+    }
     let found = find(toolbox, tenant, owner, task_id).await?;
     let store = toolbox.store();
-    if found.answered {
-        let answer = store
-            .get(&owner.answer(tenant, task_id))
-            .await
-            .map_err(unreadable)?;
-        match answer {
-            Some(Record::Completed {
-                outcome: Outcome::Ok(Value::Object(result)),
-                completed_at,
-                ..
-            }) => {
-                let updated = completed_at.max(found.created);
-                let task = seed(task_id, found.created, updated, found.retain, after);
-                let payload = TaskPayload::Completed { result };
-                return Ok(GetTaskResult::new(DetailedTask::new(task, payload)));
-            }
-            Some(Record::InProgress { .. }) => {
-                let task = seed(task_id, found.created, found.created, found.retain, after)
-                    .with_status_message(texts::task_working(&found.tool));
-                return Ok(GetTaskResult::new(DetailedTask::new(
-                    task,
-                    TaskPayload::Working,
-                )));
-            }
-            // The process running the call stopped before it ended: its record says the rest.
-            _ => {}
-        }
-    }
     let record = store
         .get(&RecordKey::new(tenant, found.key.as_str()))
         .await
@@ -423,6 +415,74 @@ pub(super) async fn get(
     Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
 }
 
+/// What a task's answer record says: the call's answer once it ended, and `working` while it
+/// runs, kept for as long as it runs whatever became of the task record (kept for the call's
+/// retention from its creation). `None` without one, or once its lease lapsed (the process
+/// running the call stopped): the task record and the call's record say the rest.
+async fn answered(
+    toolbox: &Toolbox,
+    tenant: &str,
+    owner: &Owner,
+    task_id: &str,
+    after: Duration,
+) -> Result<Option<GetTaskResult>, ErrorData> {
+    if !is_task_id(task_id) {
+        return Ok(None);
+    }
+    let record = toolbox
+        .store()
+        .get(&owner.answer(tenant, task_id))
+        .await
+        .map_err(unreadable)?;
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let task = match record {
+        Some(Record::InProgress { since, .. }) => {
+            // No time to live while the call runs: the task is kept until it ends.
+            let task = Task::new(
+                task_id,
+                TaskStatus::Working,
+                timestamp(since),
+                timestamp(since),
+            )
+            .with_poll_interval_ms(millis(poll_interval(after)));
+            let task = match find(toolbox, tenant, owner, task_id).await {
+                Ok(found) => task.with_status_message(texts::task_working(&found.tool)),
+                Err(_) => task,
+            };
+            DetailedTask::new(task, TaskPayload::Working)
+        }
+        Some(Record::Completed {
+            outcome: Outcome::Ok(content),
+            completed_at,
+            expires_at,
+            ..
+        }) => {
+            let created = content
+                .get("created_at")
+                .and_then(Value::as_str)
+                .and_then(|text| humantime::parse_rfc3339(text).ok());
+            let (Some(created), Some(Value::Object(result))) = (created, content.get("result"))
+            else {
+                tracing::warn!("toolkey: a task's answer record could not be read");
+                let problem = "the task's answer record is damaged";
+                return Err(ErrorData::internal_error(
+                    texts::task_unreadable(problem),
+                    None,
+                ));
+            };
+            let retain = expires_at.duration_since(created).unwrap_or_default();
+            let updated = completed_at.max(created);
+            let task = seed(task_id, created, updated, retain, after);
+            let payload = TaskPayload::Completed {
+                result: result.clone(),
+            };
+            DetailedTask::new(task, payload)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(GetTaskResult::new(task)))
+}
+
 /// Checks that the caller has the task `task_id`: `tasks/update` and `tasks/cancel` change
 /// nothing (toolkey's calls ask for no input, and a body is never cancelled: cancellation is
 /// cooperative, and the task ends as its call does), so they only answer whether it exists.
@@ -432,6 +492,16 @@ pub(super) async fn check(
     owner: &Owner,
     task_id: &str,
 ) -> Result<(), ErrorData> {
+    if is_task_id(task_id) {
+        let key = owner.answer(tenant, task_id);
+        let answer = toolbox.store().get(&key).await.map_err(unreadable)?;
+        if matches!(
+            answer,
+            Some(Record::InProgress { .. } | Record::Completed { .. })
+        ) {
+            return Ok(());
+        }
+    }
     find(toolbox, tenant, owner, task_id).await.map(drop)
 }
 
@@ -448,8 +518,6 @@ struct Found {
     retain: Duration,
     /// The task follows another caller's call: its result is a replay for this one.
     replay: bool,
-    /// The call's answer is recorded beside the task (see [`record_answer`]).
-    answered: bool,
 }
 
 async fn find(
@@ -487,7 +555,6 @@ async fn find(
             retain: expires_at.duration_since(completed_at).unwrap_or_default(),
             // Absent from a task record written before it was kept.
             replay: content.get("replay").and_then(Value::as_bool) == Some(true),
-            answered: content.get("answered").and_then(Value::as_bool) == Some(true),
         })
     })();
     parsed.ok_or_else(|| {
