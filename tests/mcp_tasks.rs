@@ -674,9 +674,13 @@ async fn rmcp_a_call_past_its_timeout_becomes_a_task_polled_to_its_result() {
     let carol = rmcp_client(&server.url, "carol-token", true).await;
 
     let task = task_id(call(&alice).await);
-    // The same call again, while the first runs, follows it as a task of its own.
-    let duplicate = task_id(call(&alice).await);
-    assert_ne!(duplicate, task);
+    // The same call again, while the first runs, is that call: it gets its task again (as a
+    // client whose connection dropped before the task's answer came would).
+    assert_eq!(task_id(call(&alice).await), task);
+    // Carol's call of the same invoice (she shares Alice's tenant) follows Alice's, as a task
+    // of her own.
+    let carols = task_id(call(&carol).await);
+    assert_ne!(carols, task);
     // Bob, naming Alice's task, is told there is none, and so is Carol, who shares Alice's
     // tenant, not her tasks; a cancel changes nothing either way.
     not_found(poll(&bob, &task).await);
@@ -700,8 +704,8 @@ async fn rmcp_a_call_past_its_timeout_becomes_a_task_polled_to_its_result() {
         invoice_of(&task_result(&last)),
         ("inv-1".to_string(), false)
     );
-    // The duplicate followed the first call's work: its result is a replay, and says so.
-    let (_, last) = poll(&alice, &duplicate).await.unwrap();
+    // Carol's followed Alice's call: its result is a replay, and says so.
+    let (_, last) = poll(&carol, &carols).await.unwrap();
     assert_eq!(invoice_of(&task_result(&last)), ("inv-1".to_string(), true));
     // The call again is a replay of the same invoice.
     match call(&alice).await {
@@ -1094,6 +1098,31 @@ async fn rmcp_a_task_lives_as_long_as_its_call_runs() {
         ("inv-1".to_string(), false)
     );
     alice.cancel().await.expect("the client closes");
+    server.stop().await;
+    assert_eq!(billing.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_a_call_whose_task_answer_was_lost_finds_its_task_again() {
+    // The invoice takes 1.5 s; the call becomes a task after 300 ms.
+    let billing = Arc::new(Billing::with_delay(Duration::from_millis(1500)));
+    let toolbox = invoicing(Arc::new(MemoryStore::new()), billing.clone(), None);
+    let server = Server::start(toolbox, "memory", Duration::from_millis(300)).await;
+    let alice = rmcp_client(&server.url, "alice-token", true).await;
+    // The task is announced; its answer is lost with the connection.
+    let lost = task_id(call(&alice).await);
+    alice.cancel().await.expect("the client closes");
+
+    // Alice reconnects and calls again: the same task, which ends with the one invoice.
+    let again = rmcp_client(&server.url, "alice-token", true).await;
+    let task = task_id(call(&again).await);
+    assert_eq!(task, lost);
+    let (_, last) = poll(&again, &task).await.unwrap();
+    assert_eq!(
+        invoice_of(&task_result(&last)),
+        ("inv-1".to_string(), false)
+    );
+    again.cancel().await.expect("the client closes");
     server.stop().await;
     assert_eq!(billing.count(), 1);
 }

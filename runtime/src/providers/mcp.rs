@@ -78,7 +78,9 @@
 //! task record names it), so it survives a restart, and any instance on a shared store
 //! (PostgreSQL, Redis, one SQLite file) answers its polls. A task belongs to its tenant and to
 //! the caller that made it, over HTTP its principal, else its session: anyone else asking for
-//! its id is told there is no such task. Its id is random and carries no argument.
+//! its id is told there is no such task. Its id is random and carries no argument. The same
+//! call again from the same caller while it runs (the task's answer lost with a dropped
+//! connection) is answered with the same task.
 //! `tasks/cancel` is acknowledged and changes nothing: a body is never cancelled, and the
 //! task ends as its call does. A client that does not declare the extension waits as before,
 //! and a call past its `timeout` answers `TIMEOUT`, naming the status tool.

@@ -12,8 +12,11 @@
 //! caller's call ends with that call's result marked as a replay, or, when that call freed the
 //! key and the duplicate took it, with its own. Should the process stop first, the lease lapses
 //! and the call's record says what is known. A task made for a call that met the same
-//! call already running follows that one, and ends with its result marked as a replay, as the
-//! call itself would have been answered once it finished.
+//! call of another caller already running follows that one, and ends with its result marked as
+//! a replay, as the call itself would have been answered once it finished. The same caller's
+//! call again, while the first runs, is that call: an index record per caller and reservation
+//! names its task, so a client whose connection dropped before the task's answer came gets the
+//! same task, not a second one.
 //!
 //! The task id is random (128 bits) and carries nothing else: a task id travels in headers
 //! (`Mcp-Name`) and client logs, and the arguments or the key it would otherwise carry can hold
@@ -219,6 +222,21 @@ async fn announce(
         }
     };
     let since = reserved?;
+    let tenant = &followed.record.tenant;
+    // One task per caller and reservation: the same call again while it runs (its task's
+    // answer lost on the way, a dropped connection) finds that task rather than a second one.
+    let index = match since {
+        Some(since) => {
+            let reservation = json!([followed.record.key, followed.fingerprint, nanos(since)]);
+            let reservation = Fingerprint::of(&reservation).expect("plain JSON");
+            let index = owner.named("mcp-task-of", tenant, &reservation.to_hex());
+            match claim(store.as_ref(), &index, followed, after).await? {
+                Claim::Found(task) => return Some((*task, None)),
+                Claim::Claimed(token) => Some((index, token)),
+            }
+        }
+        None => None,
+    };
     let task_id = format!("tk-{}", uuid::Uuid::new_v4().simple());
     let created = SystemTime::now();
     let key = owner.record(&followed.record.tenant, &task_id);
@@ -281,7 +299,20 @@ async fn announce(
         if let Some(answer) = &answer {
             let _ = store.release(&answer.key, &answer.token).await;
         }
+        if let Some((index, token)) = &index {
+            let _ = store.release(index, token).await;
+        }
         return None;
+    }
+    if let Some((index, token)) = &index {
+        let named = json!({"task_id": task_id, "created_at": timestamp(created)});
+        let written = store
+            .complete(index, token, &Outcome::Ok(named), followed.retain)
+            .await;
+        if !matches!(written, Ok(true)) {
+            // Its lease lapses: the same call again waits for its own answer, making no task.
+            tracing::warn!(tool = %followed.tool, "toolkey: a task was not indexed by its call");
+        }
     }
     tracing::debug!(tool = %followed.tool, "toolkey: the call continues as a task");
     let task = seed(&task_id, created, created, followed.retain, after);
@@ -295,6 +326,49 @@ struct Answering {
     token: Token,
     tool: String,
     created: SystemTime,
+}
+
+/// What the index of one caller's tasks says for a reservation.
+enum Claim {
+    /// A task was announced for it: that task.
+    Found(Box<CreateTaskResult>),
+    /// None was: this caller's task for it is being made, under this token.
+    Claimed(Token),
+}
+
+/// Claims the index entry `index` (a caller's task for one reservation), or finds the task it
+/// names; `None` while another request makes that task, or when the store cannot say.
+async fn claim(
+    store: &dyn Store,
+    index: &RecordKey,
+    followed: &Followed<'_>,
+    after: Duration,
+) -> Option<Claim> {
+    let token = Token::generate();
+    let label = format!("{}:task", followed.tool);
+    let fingerprint = Fingerprint::of(&json!(index.key)).expect("plain JSON");
+    let reserved = store
+        .reserve(index, &label, &fingerprint, &token, TASK_RECORD_LEASE)
+        .await;
+    let content = match reserved {
+        Ok(Reservation::Reserved { token, .. }) => return Some(Claim::Claimed(token)),
+        Ok(Reservation::Existing(Record::Completed {
+            outcome: Outcome::Ok(content),
+            ..
+        })) => content,
+        Ok(Reservation::Existing(_)) => return None,
+        Err(err) => {
+            tracing::debug!(tool = %followed.tool, error = %err, "toolkey: a call's task could not be looked up; no task yet");
+            let _ = store.release(index, &token).await;
+            return None;
+        }
+    };
+    let task_id = content.get("task_id").and_then(Value::as_str)?;
+    let created = content.get("created_at").and_then(Value::as_str)?;
+    let created = humantime::parse_rfc3339(created).ok()?;
+    let task = seed(task_id, created, created, followed.retain, after);
+    let task = task.with_status_message(texts::task_working(followed.tool));
+    Some(Claim::Found(Box::new(CreateTaskResult::new(task))))
 }
 
 /// Waits for the call a task follows, renewing the lease of the task's answer record meanwhile
