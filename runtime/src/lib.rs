@@ -4,6 +4,7 @@
 //!
 //! Users depend on the `toolkey` crate, which re-exports this one.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules, declared from the bottom up: each uses only itself and those declared before it,
 // so the runtime reads from the bottom up and no two modules need each other. `tests/layers.rs`
@@ -71,6 +72,7 @@ pub mod adapters;
 
 // The retry-safety kit.
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 // What the `#[tool]` expansion calls.

@@ -16,6 +16,8 @@
 //! rig-core 0.44 needs rustc 1.95; toolkey without the `rig` feature keeps its own minimum.
 
 #[cfg(feature = "async-openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "async-openai")))]
 pub mod async_openai;
 #[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
 pub mod rig;

@@ -94,9 +94,11 @@ mod server;
 mod tasks;
 
 #[cfg(feature = "mcp-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
 pub mod http;
 
 #[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub use server::McpServer;
 
 use serde_json::{json, Map, Value};

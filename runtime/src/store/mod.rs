@@ -29,8 +29,10 @@ use crate::{Fingerprint, ToolError};
 mod admin;
 mod cache;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod faults;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -45,10 +47,13 @@ pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution, Unreadable}
 pub use cache::CachedStore;
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
 
 /// Which record: the tenant it belongs to and the normalized key.

@@ -82,6 +82,7 @@ const RESERVE_ATTEMPTS: usize = 8;
 /// # }
 /// ```
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresStore {
     pool: Pool,
     sql: Arc<Sql>,
@@ -99,6 +100,7 @@ impl fmt::Debug for PostgresStore {
 
 /// Configures a [`PostgresStore`]: where it connects, which table, how long it waits.
 #[derive(Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresStoreBuilder {
     source: Source,
     schema: Option<String>,

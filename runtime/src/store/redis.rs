@@ -131,6 +131,7 @@ const SCHEMA_VERSION: i64 = 2;
 /// # }
 /// ```
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStore {
     conn: Connection,
     prefix: String,
@@ -152,6 +153,7 @@ impl fmt::Debug for RedisStore {
 
 /// Configures a [`RedisStore`].
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStoreBuilder {
     nodes: Nodes,
     prefix: String,

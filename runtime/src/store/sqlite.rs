@@ -138,6 +138,7 @@ const FAILURE_SWEEP: i64 = 64;
 /// # Ok(())
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteStore {
     /// Writes, and reads of an in-memory database.
     conn: Arc<Mutex<Connection>>,

@@ -131,6 +131,7 @@ impl Backend {
 
     /// An in-memory SQLite database per scenario, through [`SqliteStore`](crate::store::SqliteStore).
     #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn sqlite() -> Backend {
         Backend::new("sqlite", |clock| {
             let store = crate::store::SqliteStore::open_in_memory()

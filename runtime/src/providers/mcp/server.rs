@@ -36,6 +36,7 @@ use crate::{texts, ToolContext, Toolbox};
 /// McpServer::new(toolbox).with_tenant("acme-corp").serve_stdio().await
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub struct McpServer {
     toolbox: Toolbox,
     tenant: Option<String>,
