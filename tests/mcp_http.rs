@@ -6,8 +6,7 @@
 //! ledger.
 //!
 //! The Python SDK is `TOOLKEY_MCP_PYTHON` (default `target/mcp-venv/bin/python`, which
-//! `.ci/services.sh` installs). Under `CI=true` a missing SDK fails these tests; elsewhere they
-//! say loudly that they were skipped.
+//! `.ci/services.sh` installs). A missing SDK fails these tests, naming `scripts/test.sh`.
 #![cfg(feature = "mcp-http")]
 
 mod billing;
@@ -484,7 +483,7 @@ async fn rmcp_refund(client: &Client, meta: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_principals_never_see_each_others_records() {
-    let Some(python) = python() else { return };
+    let python = python();
     let server = Server::start(Duration::ZERO).await;
     let twice = json!([py_charge("run-1", false), py_charge("run-1", false)]);
 
@@ -517,7 +516,7 @@ async fn python_principals_never_see_each_others_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_bad_credential_is_refused_and_nothing_runs() {
-    let Some(python) = python() else { return };
+    let python = python();
     let server = Server::start(Duration::ZERO).await;
     for token in ["mallory-token", ""] {
         let refused = python_session(
@@ -540,7 +539,7 @@ async fn python_bad_credential_is_refused_and_nothing_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_dropped_mid_call_reconnects_to_a_replay() {
-    let Some(python) = python() else { return };
+    let python = python();
     let server = Server::start(Duration::from_millis(400)).await;
 
     // The client exits at the first progress notification: the body has started, not finished.
@@ -570,7 +569,7 @@ async fn python_client_dropped_mid_call_reconnects_to_a_replay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_progress_notifications_arrive_in_order() {
-    let Some(python) = python() else { return };
+    let python = python();
     let server = Server::start(Duration::from_millis(50)).await;
     let session = python_session(
         &python,

@@ -8,8 +8,8 @@
 //! an exact count of invoices on the fake billing ledger.
 //!
 //! The Python SDK is found as in tests/mcp_http.rs; PostgreSQL is `TOOLKEY_POSTGRES_URL`
-//! (default `postgres://postgres@127.0.0.1:5432/test`). Under `CI=true` a missing one fails
-//! these tests; elsewhere they say loudly that they were skipped.
+//! (default `postgres://postgres@127.0.0.1:5432/test`). A missing one fails these tests, naming
+//! `scripts/test.sh`.
 #![cfg(all(feature = "mcp-http", feature = "sqlite", feature = "postgres", unix))]
 
 mod billing;
@@ -188,8 +188,8 @@ fn port_of(url: &str) -> u16 {
     url::Url::parse(url).unwrap().port().unwrap()
 }
 
-/// A PostgreSQL store with a small pool, on a table of these tests' own, or `None` (after
-/// saying so) when the server is unreachable outside CI.
+/// A PostgreSQL store with a small pool, on a table of these tests' own; an unreachable server
+/// fails the test.
 async fn postgres() -> Option<Arc<dyn Store>> {
     const VAR: &str = "TOOLKEY_POSTGRES_URL";
     let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
@@ -340,7 +340,7 @@ fn refused_poll(line: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_a_call_longer_than_the_request_timeout_becomes_a_task_polled_to_its_result() {
-    let Some(python) = python() else { return };
+    let python = python();
     // The invoice takes 2 s, the client waits 1 s for any answer, and the call becomes a task
     // after 300 ms.
     let billing = Arc::new(Billing::with_delay(Duration::from_secs(2)));
@@ -365,7 +365,7 @@ async fn python_a_call_longer_than_the_request_timeout_becomes_a_task_polled_to_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_without_tasks_gets_timeout_naming_the_status_tool() {
-    let Some(python) = python() else { return };
+    let python = python();
     // The tool answers TIMEOUT after 500 ms; the invoice takes 1.5 s. The server makes tasks,
     // after 300 ms, for clients that declare them: this one does not.
     let billing = Arc::new(Billing::with_delay(Duration::from_millis(1500)));
@@ -399,7 +399,7 @@ async fn python_client_without_tasks_gets_timeout_naming_the_status_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_a_task_outlives_its_server_process() {
-    let Some(python) = python() else { return };
+    let python = python();
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("ledger.jsonl");
     let (first, url) = server_process(dir.path(), 0, Duration::from_millis(1500)).await;
@@ -441,7 +441,7 @@ async fn python_a_task_outlives_its_server_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_a_task_whose_server_died_mid_call_says_do_not_repeat() {
-    let Some(python) = python() else { return };
+    let python = python();
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("ledger.jsonl");
     // The invoice would take a minute: the process dies long before.
@@ -476,7 +476,7 @@ async fn python_a_task_whose_server_died_mid_call_says_do_not_repeat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_a_second_postgres_instance_answers_the_poll() {
-    let Some(python) = python() else { return };
+    let python = python();
     let (Some(store_a), Some(store_b)) = (postgres().await, postgres().await) else {
         return;
     };

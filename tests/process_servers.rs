@@ -33,7 +33,7 @@ const REDIS_CLUSTER: (&str, &str) = (
 redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005",
 );
 
-/// The store named `kind`, or `None` (after saying so) when its server cannot be reached.
+/// The store named `kind`; an unreachable server fails the test.
 async fn store(kind: &str) -> Option<Arc<dyn Store>> {
     let (var, default) = match kind {
         "postgres" => POSTGRES,

@@ -740,7 +740,7 @@ async fn retryable_timeouts_count_once_per_call() {
 // Two processes share one count.
 
 /// The store of `kind` for `tenant`'s tests: a SQLite file in `dir`, or the PostgreSQL or Redis
-/// server (`None`, after saying so, when it cannot be reached).
+/// server (an unreachable one fails the test).
 async fn open_store(kind: &str, dir: &Path) -> Option<Arc<dyn Store>> {
     match kind {
         #[cfg(feature = "sqlite")]
@@ -751,7 +751,7 @@ async fn open_store(kind: &str, dir: &Path) -> Option<Arc<dyn Store>> {
     }
 }
 
-/// The PostgreSQL or Redis store, or `None` (after saying so) when its server is unreachable.
+/// The PostgreSQL or Redis store; an unreachable server fails the test.
 #[allow(unused_variables)]
 async fn server_store(kind: &str) -> Option<Arc<dyn Store>> {
     #[cfg(feature = "postgres")]

@@ -7,8 +7,8 @@
 //! of messages, however the socket splits it, is one). Statements are prepared and scripts loaded
 //! by a warm-up first, as in any process that has served a call before.
 //!
-//! The servers are `TOOLKEY_POSTGRES_URL` and `TOOLKEY_REDIS_URL`; under `CI=true` an unreachable
-//! one fails these tests.
+//! The servers are `TOOLKEY_POSTGRES_URL` and `TOOLKEY_REDIS_URL`; an unreachable one fails these
+//! tests.
 #![cfg(any(feature = "postgres", feature = "redis"))]
 
 mod servers;

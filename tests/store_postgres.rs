@@ -2,7 +2,7 @@
 //! store failing closed when the server goes away, and recovering when it is back.
 //!
 //! The server is `TOOLKEY_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
-//! Under `CI=true` an unreachable server fails these tests; elsewhere they say they were skipped.
+//! An unreachable server fails these tests, naming `scripts/test.sh`, which starts it.
 #![cfg(feature = "postgres")]
 
 mod conformance;
@@ -20,7 +20,7 @@ use toolkey::Fingerprint;
 const VAR: &str = "TOOLKEY_POSTGRES_URL";
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
+/// The server's URL; an unreachable server fails the test.
 async fn server() -> Option<String> {
     let url = servers::url(VAR, DEFAULT_URL);
     let probe = PostgresStore::builder(&url)

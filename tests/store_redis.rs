@@ -1,8 +1,8 @@
 //! The store conformance suite against a real Redis server, on the server's clock; and the store
 //! failing closed when the server goes away, and recovering when it is back.
 //!
-//! The server is `TOOLKEY_REDIS_URL` (default `redis://127.0.0.1:6379`). Under `CI=true` an
-//! unreachable server fails these tests; elsewhere they say they were skipped.
+//! The server is `TOOLKEY_REDIS_URL` (default `redis://127.0.0.1:6379`). An unreachable server
+//! fails these tests, naming `scripts/test.sh`, which starts it.
 //!
 //! `CLIENT KILL TYPE normal` disconnects every client of the server, so the tests of this file
 //! take turns (see [`turn`]).
@@ -30,7 +30,7 @@ async fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// The server's URL, or `None` (after saying so) when it is unreachable outside CI.
+/// The server's URL; an unreachable server fails the test.
 async fn server() -> Option<String> {
     let url = servers::url(VAR, DEFAULT_URL);
     match RedisStore::builder(&url)

@@ -3,9 +3,9 @@
 //! a failover does to reservations that were answered.
 //!
 //! The cluster is `TOOLKEY_REDIS_CLUSTER_URLS` (comma-separated node URLs, default the six local
-//! nodes `.ci/services.sh` starts on ports 7000 to 7005). Under `CI=true` an unreachable cluster
-//! fails these tests; elsewhere they say they were skipped. The failover tests stop and kill a
-//! primary's process, so they run only against nodes on this machine.
+//! nodes `.ci/services.sh` starts on ports 7000 to 7005). An unreachable cluster fails these
+//! tests, naming `scripts/test.sh`. The failover tests stop and kill a primary's process, so they
+//! fail against nodes on another machine.
 //!
 //! The failover tests run one failover of each kind; `TOOLKEY_FAILOVER_ROUNDS=N` runs N of each
 //! and prints the counts, for a longer measurement.
@@ -39,7 +39,7 @@ async fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// The cluster's node URLs, or `None` (after saying so) when it is unreachable outside CI.
+/// The cluster's node URLs; an unreachable cluster fails the test.
 async fn cluster() -> Option<Vec<String>> {
     let urls: Vec<String> = servers::url(VAR, DEFAULT_URLS)
         .split(',')
@@ -705,7 +705,8 @@ async fn restart_command(address: &str) -> Vec<String> {
     args
 }
 
-/// Whether the cluster's nodes run on this machine, where the test can stop and kill them.
+/// Whether the cluster's nodes run on this machine, where the test can stop and kill them; nodes
+/// elsewhere fail the test.
 fn local(urls: &[String]) -> bool {
     let local = urls.iter().all(|url| {
         url::Url::parse(url)

@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,21 +17,13 @@ pub fn url(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_string())
 }
 
-/// Called when the server at `url` did not answer: under `CI=true` the test fails, elsewhere it
-/// says loudly that it was skipped.
+/// Called when the server at `url` did not answer: the test fails, naming the script that starts
+/// the services. No test passes without having run.
 pub fn unreachable(what: &str, var: &str, url: &str, why: impl std::fmt::Display) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!(
-            "{what} at {url} is unreachable under CI=true ({why}); start it with .ci/services.sh"
-        );
-    }
-    // Straight to stderr: the test harness hides what eprintln! says in a passing test.
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n==================== SKIPPED ====================\n\
-         {what} at {url} is unreachable: {why}\n\
-         This test did NOT run. Start the server (bash .ci/services.sh) or set {var}.\n\
-         ================================================="
+    panic!(
+        "{what} at {url} is unreachable ({why}): this test needs it. Run the suite with \
+         `bash scripts/test.sh`, which starts the services (`bash .ci/services.sh` alone starts \
+         them), or set {var} to where it runs"
     );
 }
 
