@@ -868,7 +868,7 @@ async fn sessionless_charge_resent_byte_for_byte_charges_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sessionless_retry_after_a_dropped_connection_acts_once() {
-    let Some(python) = python() else { return };
+    let python = python();
     let server = Server::start(Duration::ZERO).await;
     let refund = |meta: Value| {
         json!({"tool": "refund_order", "arguments": {"order": "order-1", "cents": 500},
