@@ -1579,18 +1579,20 @@ async fn check(schedule: &Schedule, callers: &[Caller], toolbox: &Toolbox) -> Re
                             ));
                         }
                     }
-                    Answer::Err(e) if e.is(ErrorCode::RetryLimit) => {
-                        // The action (or a step of it) had acted: the answer must say it did,
-                        // or may have, or the user may do it again by hand.
-                        if attempt.acted > 0 && !speaks_of_an_effect(e) {
-                            v(format!(
-                                "invariant 3: {} was told `{}` ({:?}) although `{key}` had acted {} times",
-                                attempt.call,
-                                e.message(),
-                                e.suggestion().unwrap_or_default(),
-                                attempt.acted
-                            ));
-                        }
+                    // The action (or a step of it) had acted: the answer must say it did, or
+                    // may have, or the user may do it again by hand.
+                    Answer::Err(e)
+                        if e.is(ErrorCode::RetryLimit)
+                            && attempt.acted > 0
+                            && !speaks_of_an_effect(e) =>
+                    {
+                        v(format!(
+                            "invariant 3: {} was told `{}` ({:?}) although `{key}` had acted {} times",
+                            attempt.call,
+                            e.message(),
+                            e.suggestion().unwrap_or_default(),
+                            attempt.acted
+                        ));
                     }
                     Answer::Err(e)
                         if e.error_code().is_none()
