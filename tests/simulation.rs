@@ -113,6 +113,8 @@ struct World {
     /// that had happened.
     operator_actions: AtomicUsize,
     careless: AtomicUsize,
+    /// Of those, how many declared "not done" while the record's worker was alive, frozen.
+    live_not_done: AtomicUsize,
 }
 
 /// One holder of a record, in the order they came.
@@ -143,6 +145,7 @@ impl World {
             hangs: Mutex::default(),
             operator_actions: AtomicUsize::new(0),
             careless: AtomicUsize::new(0),
+            live_not_done: AtomicUsize::new(0),
         }
     }
 
@@ -606,7 +609,8 @@ impl WorkerStore {
         self.worker.world.stall().await;
         self.worker.alive().await;
         let answer = op.await;
-        if crash == Some(true) {
+        // Crashes stop with the faults, also for a write held until they stopped.
+        if crash == Some(true) && self.worker.world.faulty.load(Ordering::SeqCst) {
             self.worker.crash_here();
         }
         self.worker.alive().await;
@@ -1260,6 +1264,10 @@ impl Schedule {
         }
         let effects = |key: &str| world.ledger.lock().unwrap().get(key).map_or(0, Vec::len);
         let counted = effect.as_deref().map(effects);
+        // A "not done" while the record's worker is alive, frozen past its lease before it
+        // acted, is as false as one for an effect that happened: the worker goes on to act, and
+        // no store can stop it (only its writes are fenced). Counted apart with those.
+        let live = !done && world.hangs.lock().unwrap().contains_key(owner.as_str());
         let applied = matches!(
             self.admin
                 .resolve(&entry.key, &entry.revision, &resolution)
@@ -1278,11 +1286,16 @@ impl Schedule {
         ));
         if applied {
             world.operator_actions.fetch_add(1, Ordering::SeqCst);
-            if careless {
+            if careless || live {
                 world.careless.fetch_add(1, Ordering::SeqCst);
+                if live {
+                    world.live_not_done.fetch_add(1, Ordering::SeqCst);
+                }
                 if let (Some(key), Some(counted)) = (effect, counted) {
                     let mut bounds = world.not_done_on_done.lock().unwrap();
-                    bounds.entry(key).or_default().push(counted);
+                    // A live worker's effect, still to come, is the action declared not done.
+                    let ours = usize::from(live && !careless);
+                    bounds.entry(key).or_default().push(counted + ours);
                 }
             }
             // A worker frozen past its lease goes on just after: the moment that tells.
@@ -1430,13 +1443,18 @@ async fn check(schedule: &Schedule, callers: &[Caller], toolbox: &Toolbox) -> Re
                     .is_some_and(|r| truths(key).iter().any(|t| t == r)),
             }
         };
-        // Whether the action's own effect happened (a step's is its own record's).
+        // Whether the action's own effect happened (a step's is its own record's), since an
+        // operator last declared it not done: what came before belongs to the action declared
+        // not done.
+        let since = |k: &str| {
+            let from = bounds.get(k).and_then(|b| b.last()).copied().unwrap_or(0);
+            ledger
+                .get(k)
+                .map_or(0, |effects| effects.len().saturating_sub(from))
+        };
         let acted = match tool {
-            "ship" => {
-                ledger.contains_key(&format!("{key}/pick"))
-                    || ledger.contains_key(&format!("{key}/label"))
-            }
-            _ => ledger.contains_key(key),
+            "ship" => since(&format!("{key}/pick")) + since(&format!("{key}/label")) > 0,
+            _ => since(key) > 0,
         };
         let because = unknown_because.get(key);
 
@@ -1736,7 +1754,7 @@ fn conclude(store: &str, test: &str, results: Vec<(u64, Report)>) {
         err,
         "simulation: {schedules} schedules, {effects} effects ({step_effects} by steps), \
          {write_crashes} crashes at a store write, {actions} operator actions ({careless} not-done \
-         on a done effect), {retry_limits} retry limits, {violations} violations ({store})"
+         on a done effect or a live worker), {retry_limits} retry limits, {violations} violations ({store})"
     );
     for (seed, report) in failed.iter().take(20) {
         let _ = writeln!(err, "schedule {seed} ({store}) failed:");
