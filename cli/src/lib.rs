@@ -138,7 +138,8 @@ struct ResolveArgs {
     #[arg(long, requires = "result")]
     done: bool,
     /// The work was not done: a retry runs it once (if its worker was alive after all and
-    /// records its outcome first, the retry replays that instead).
+    /// records its outcome first, the retry replays that instead). Only once the worker is known
+    /// to have stopped: a stalled one that has not acted yet may still act after the retry ran.
     #[arg(long)]
     not_done: bool,
     /// The result a retry replays, as JSON (what the tool would have returned).
