@@ -977,17 +977,18 @@ async fn an_empty_host_list_allows_no_host() {
     assert_eq!(server.stop().await, 1);
 }
 
-/// README's HTTP block compiles only with feature `mcp-http` (README's blocks are doctests of
-/// the facade, and CI runs them with every feature), and it never serves: its shown lines must
-/// be `examples/mcp_http.rs`'s, in order, so it cannot drift from the example that runs.
+/// The MCP guide's HTTP block compiles only with feature `mcp-http` (the guide's blocks are
+/// doctests of the facade, and CI runs them with every feature), and it never serves: its shown
+/// lines must be `examples/mcp_http.rs`'s, in order, so it cannot drift from the example that
+/// runs.
 #[test]
-fn readme_http_block_is_an_excerpt_of_the_example() {
-    let readme = include_str!("../README.md");
+fn guide_http_block_is_an_excerpt_of_the_example() {
+    let guide = include_str!("../src/guide/mcp.md");
     let example = include_str!("../examples/mcp_http.rs");
-    let start = readme
+    let start = guide
         .find("```rust,no_run\n# #[cfg(feature = \"mcp-http\")]")
-        .expect("README shows the HTTP server");
-    let block = &readme[start..]
+        .expect("the MCP guide shows the HTTP server");
+    let block = &guide[start..]
         .lines()
         .skip(1)
         .take_while(|line| *line != "```")
@@ -1001,7 +1002,7 @@ fn readme_http_block_is_an_excerpt_of_the_example() {
     {
         assert!(
             lines.any(|line| line == wanted),
-            "README's HTTP block line {wanted:?} is not in examples/mcp_http.rs (in order)"
+            "the MCP guide's HTTP block line {wanted:?} is not in examples/mcp_http.rs (in order)"
         );
     }
 }
