@@ -1,7 +1,7 @@
-//! Holding a reservation: the work run under it ([`drive`]) with its lease renewed beside it,
-//! and the writes that end it ([`settle`]: complete, release, mark unknown) retried
-//! until the store takes them. A keyed call and each of its `ctx.once` steps hold a reservation
-//! the same way, so both use what is here.
+//! Keeping a reservation held: the work run under it ([`drive`]) with its lease renewed beside
+//! it, and the writes that end it (complete, release, mark unknown) retried until the store
+//! takes them. The [reservation protocol](crate::reservation) decides which write ends a hold;
+//! this module sees that it lands.
 //!
 //! Two promises rest here. A body that blocks its thread must not lose its lease: the renewal
 //! runs in the runtime's renewer task (one per runtime, see [`renewer`]), so it goes on while
@@ -19,19 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde_json::Value;
 use tokio_util::task::TaskTracker;
 
 use crate::key::log_hash;
 use crate::observe::{self, Renewals, StoreOp};
-use crate::stats::Counters;
-use crate::store::{
-    nests_deeper, Outcome, Record, RecordKey, Store, StoreError, Token, MAX_RESULT_DEPTH,
-};
-use crate::{texts, ErrorCode, ToolError};
+use crate::store::{Outcome, Record, RecordKey, Store, StoreError, Token};
 
 /// How soon a failed renewal or write is tried again, at first and at most.
-const FIRST_RETRY: Duration = Duration::from_millis(10);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(10);
 const LAST_RETRY: Duration = Duration::from_secs(2);
 
 mod renewer;
@@ -352,29 +347,6 @@ impl Recorder {
     }
 }
 
-/// Frees a reservation `reserve` may have written under `token` before its reply was lost:
-/// tried a few times at once, then in the background until the store answers.
-pub(crate) async fn unreserve(
-    recorder: &Arc<Recorder>,
-    store: &Arc<dyn Store>,
-    rkey: &RecordKey,
-    token: &Token,
-    what: What<'_>,
-) {
-    let mut wait = FIRST_RETRY;
-    for _ in 0..3 {
-        let release = observe::store(StoreOp::Release, store.release(rkey, token));
-        if release.await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(wait).await;
-        wait *= 2;
-    }
-    recorder
-        .write(store, rkey, token, Write::Release, None, what)
-        .await;
-}
-
 /// What holds a reservation, named for logs and texts: the tool, or one of its steps with the
 /// step key's short hash. Formatted only when a log line or an answer needs it, so the call
 /// path neither allocates the name nor hashes the key.
@@ -402,35 +374,6 @@ impl std::fmt::Display for What<'_> {
 
 /// What a caught panic carries; never read (see [`panicked`]).
 pub(crate) type Panic = Box<dyn std::any::Any + Send>;
-
-/// The reservation a call or step holds, and where its ending writes go.
-pub(crate) struct Holder<'a> {
-    pub(crate) store: &'a Arc<dyn Store>,
-    pub(crate) recorder: &'a Arc<Recorder>,
-    pub(crate) rkey: &'a RecordKey,
-    pub(crate) token: &'a Token,
-    /// What holds it, for logs and texts: the tool or the tool's step, never a key.
-    pub(crate) what: What<'a>,
-}
-
-impl Holder<'_> {
-    /// Writes `write`, retrying it in the background (under `renewal`) until the store takes it.
-    pub(crate) async fn write(&self, write: Write, renewal: Option<Renewal>) -> (Landed, Write) {
-        self.recorder
-            .write(self.store, self.rkey, self.token, write, renewal, self.what)
-            .await
-    }
-
-    /// Marks the reservation unknown (the work may have been done) and answers `answer`; or
-    /// `LEASE_LOST` when the key was taken over before the mark landed: the record is then
-    /// another call's, which may act too, and `answer` would say what no longer holds.
-    pub(crate) async fn keep_unknown(&self, renewal: Renewal, answer: ToolError) -> ToolError {
-        match self.write(Write::MarkUnknown, Some(renewal)).await {
-            (Landed::Yes, _) => answer,
-            (Landed::TakenOver, _) => texts::lease_lost(self.what),
-        }
-    }
-}
 
 /// Runs `work` while its lease is renewed (so a body that blocks its thread cannot stop the
 /// renewal on a multi-thread runtime), catching a panic. The renewal goes on until it is
@@ -493,84 +436,4 @@ where
         tracing::error!(key = %log_hash(&rkey.key), "the lease was lost while the work ran: another call took the key over, and may have acted too");
     }
     (done, renewal)
-}
-
-/// Records what the body ended in, as the state machine says, and hands it back; a call's ending
-/// is counted in `counters` (a step's is not: its parent's is).
-pub(crate) async fn settle(
-    holder: &Holder<'_>,
-    retain: Duration,
-    ran: Result<Result<Value, ToolError>, Panic>,
-    renewal: Renewal,
-    counters: Option<&Counters>,
-) -> Result<Value, ToolError> {
-    match ran {
-        Ok(Ok(value)) => record_outcome(holder, Outcome::Ok(value), retain, renewal).await,
-        Ok(Err(err)) if err.is(ErrorCode::OutcomeUnknown) => {
-            let answer = holder.keep_unknown(renewal, err).await;
-            // Counted when the key is kept unknown, not when another call took it over.
-            if let Some(counters) = counters.filter(|_| answer.is(ErrorCode::OutcomeUnknown)) {
-                counters.unknown.inc();
-            }
-            Err(answer)
-        }
-        Ok(Err(err)) if err.is_retryable() => {
-            if let Some(counters) = counters {
-                counters.released.inc();
-            }
-            holder.write(Write::Release, Some(renewal)).await;
-            Err(err)
-        }
-        Ok(Err(err)) => record_outcome(holder, Outcome::Err(err), retain, renewal).await,
-        Err(panic) => {
-            let answer = panicked(holder.what, "body", panic);
-            Err(holder.keep_unknown(renewal, answer).await)
-        }
-    }
-}
-
-/// Records `outcome` and hands it back as the caller's answer. A write the store did not take
-/// goes on in the background until it lands; a reservation taken over meanwhile (its lease
-/// lapsed) is said so in the answer: another call may have acted too.
-pub(crate) async fn record_outcome(
-    holder: &Holder<'_>,
-    outcome: Outcome,
-    retain: Duration,
-    renewal: Renewal,
-) -> Result<Value, ToolError> {
-    // The outcome goes into the write and comes back as the answer: no copy on the call path.
-    let (landed, write) = holder
-        .write(Write::Complete(outcome, retain), Some(renewal))
-        .await;
-    if landed == Landed::TakenOver {
-        return Err(texts::lease_lost(holder.what));
-    }
-    match write {
-        Write::Complete(Outcome::Ok(value), _) => Ok(value),
-        Write::Complete(Outcome::Err(err), _) => Err(err),
-        Write::Release | Write::MarkUnknown => {
-            unreachable!("the write handed back is the one given")
-        }
-    }
-}
-
-/// A result, done work, as it can be recorded. One nested deeper than [`MAX_RESULT_DEPTH`] would
-/// be recorded as text no replay or status call could read back, so, like a result that cannot
-/// be serialized, it makes the outcome unknown: `OUTCOME_UNKNOWN`, naming `what` acted.
-pub(crate) fn recordable(value: Value, what: What<'_>) -> Result<Value, ToolError> {
-    if !nests_deeper(&value, MAX_RESULT_DEPTH) {
-        return Ok(value);
-    }
-    let problem = format!("it nests deeper than {MAX_RESULT_DEPTH} levels of arrays and objects");
-    Err(match what {
-        What::Step { step, .. } => texts::step_unrecordable(step, &problem),
-        What::Tool(_) => texts::unrecordable_result(&problem),
-    })
-}
-
-/// A panic's answer. The panic itself is dropped here, unread: its message can hold argument
-/// values, and the panic hook has already printed it where the process logs.
-pub(crate) fn panicked(what: What<'_>, part: &str, panic: Panic) -> ToolError {
-    drop(panic);
-    texts::panicked(what, part)
 }

@@ -34,8 +34,11 @@ pub mod store;
 // The spans and metrics of calls, steps and store operations.
 pub mod observe;
 
-// Holding a reservation: renewal, the ending writes, `drive` and `settle`.
+// Keeping a reservation held: its lease renewed, its ending writes retried until they land.
 mod lease;
+
+// The reservation protocol of keys and steps alike: reserve, judge, take over, drive, settle.
+mod reservation;
 
 // `ctx.once` steps, held as a call is.
 mod once;

@@ -15,9 +15,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::lease::{drive, recordable, settle, unreserve, Holder, Recorder, What};
-use crate::observe::{self, Happened, StoreOp};
-use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
+use crate::lease::{Recorder, What};
+use crate::observe::{self, Happened};
+use crate::reservation::{recordable, Claim, Found};
+use crate::store::{Outcome, RecordKey, Store, StoreError};
 use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
 
 /// How a call's steps are held: leased and retained as the call is.
@@ -93,6 +94,11 @@ impl OnceScope {
     /// The parent call's key.
     pub(crate) fn key(&self) -> &IdempotencyKey {
         &self.key
+    }
+
+    /// The parent call's fingerprint, to which its key and every step are bound.
+    pub(crate) fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
     }
 
     /// The parent's recover hook found no effect of the call: steps it left unknown may run.
@@ -184,39 +190,34 @@ impl OnceScope {
         E: Into<ToolError>,
     {
         let rkey = RecordKey::new(tenant, key.as_str());
-        let what = What::Step {
-            step,
-            key: key.as_str(),
-        };
         let label = format!("{}/{step}", self.tool);
+        let claim = Claim {
+            store: &self.store,
+            recorder: &self.recorder,
+            rkey: &rkey,
+            label: &label,
+            fingerprint: &self.fingerprint,
+            lease: self.lease,
+            what: What::Step {
+                step,
+                key: key.as_str(),
+            },
+        };
+        let refused = |e: StoreError| e.step_refusal(step, self.per_call);
+        // A step waits for no other and asks no recover hook: what the parent's hook found
+        // decides whether a stale step may run again.
         let token = loop {
-            let token = Token::generate();
-            let reserve = self
-                .store
-                .reserve(&rkey, &label, &self.fingerprint, &token, self.lease);
-            let reservation = match observe::store(StoreOp::Reserve, reserve).await {
-                Ok(reservation) => reservation,
-                Err(e) => {
-                    // The reserve may have been applied with its reply lost: free it, so the
-                    // step did not run and its key stays usable.
-                    unreserve(&self.recorder, &self.store, &rkey, &token, what).await;
-                    return Err(e.step_refusal(step, self.per_call));
-                }
-            };
-            let record = match reservation {
-                Reservation::Reserved { token, .. } => {
+            let value = match claim.reserve().await.map_err(refused)? {
+                Found::Reserved { token, .. } => {
                     self.acted.store(true, Ordering::SeqCst);
                     break token;
                 }
-                Reservation::Existing(record) => record,
-            };
-            if record.fingerprint() != &self.fingerprint {
-                self.release_parent.store(true, Ordering::SeqCst);
-                observed.mark(Happened::Conflict);
-                return Err(texts::step_conflict(step, self.per_call));
-            }
-            let value = match record {
-                Record::Completed { outcome, .. } => {
+                Found::Conflict(_) => {
+                    self.release_parent.store(true, Ordering::SeqCst);
+                    observed.mark(Happened::Conflict);
+                    return Err(texts::step_conflict(step, self.per_call));
+                }
+                Found::Completed(outcome) => {
                     observed.mark(Happened::Replayed);
                     self.acted.store(true, Ordering::SeqCst);
                     match outcome {
@@ -227,17 +228,13 @@ impl OnceScope {
                         Outcome::Err(err) => return Err(err),
                     }
                 }
-                Record::InProgress { .. } => {
+                Found::InProgress { .. } => {
                     self.release_parent.store(true, Ordering::SeqCst);
                     observed.mark(Happened::InProgress);
                     return Err(texts::step_in_progress(step, self.per_call));
                 }
-                Record::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
-                    let take_over = self.store.take_over(&rkey, &token, self.lease);
-                    match observe::store(StoreOp::TakeOver, take_over)
-                        .await
-                        .map_err(|e| e.step_refusal(step, self.per_call))?
-                    {
+                Found::Stale { token, .. } if self.recovered_not_found.load(Ordering::SeqCst) => {
+                    match claim.take_over(&token).await.map_err(refused)? {
                         Some(token) => {
                             self.acted.store(true, Ordering::SeqCst);
                             break token;
@@ -246,7 +243,7 @@ impl OnceScope {
                         None => continue,
                     }
                 }
-                Record::Stale { .. } => {
+                Found::Stale { .. } => {
                     observed.mark(Happened::Unknown);
                     return Err(texts::step_unknown(step));
                 }
@@ -254,6 +251,7 @@ impl OnceScope {
             return self.read_back(step, value);
         };
         observed.mark(Happened::Executed);
+        let what = claim.what;
         let recorded = async {
             let value = work.await.map_err(Into::into)?;
             // The step acted: a result that cannot be recorded makes its outcome unknown, never
@@ -270,15 +268,9 @@ impl OnceScope {
             }
             Ok(value)
         };
-        let (ran, renewal) = drive(&self.store, &rkey, &token, self.lease, None, recorded).await;
-        let holder = Holder {
-            store: &self.store,
-            recorder: &self.recorder,
-            rkey: &rkey,
-            token: &token,
-            what,
-        };
-        let value = settle(&holder, self.retain, ran, renewal, None).await?;
+        let (ran, renewal) = claim.drive(&token, None, recorded).await;
+        let holder = claim.holder(&token);
+        let value = holder.settle(self.retain, ran, renewal, None).await?;
         self.finished(step);
         self.read_back(step, value)
     }

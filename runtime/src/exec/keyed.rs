@@ -14,13 +14,11 @@ use std::time::Duration;
 
 use super::limits::{self, counts_as_failure, Limit, Slot};
 use super::{Executor, ToolOutput};
-use crate::lease::{
-    drive, panicked, record_outcome, recordable, settle, unreserve, Holder, Panic, Renewal, What,
-    Write,
-};
+use crate::lease::{Panic, Renewal, What, Write};
 use crate::observe::{self, Happened, StoreOp};
 use crate::once::{OnceScope, Terms};
-use crate::store::{Outcome, Record, RecordKey, Reservation, Store, Token};
+use crate::reservation::{panicked, recordable, Claim, Found};
+use crate::store::{Outcome, RecordKey, Store, Token};
 use crate::texts;
 use crate::tool::{Call, Invocation, Recover};
 use crate::{ErrorCode, ToolContext, ToolDefinition, ToolError};
@@ -74,7 +72,15 @@ pub(super) async fn run(
     let deadline = settings
         .wait_in_progress
         .map(|d| tokio::time::Instant::now() + d);
-    let what = What::Tool(&def.name);
+    let claim = Claim {
+        store: &store,
+        recorder: &recorder,
+        rkey: &rkey,
+        label: &def.name,
+        fingerprint: scope.fingerprint(),
+        lease: settings.lease,
+        what: What::Tool(&def.name),
+    };
     let mut recover_hook = call.recover;
     let invocation = || Invocation {
         ctx: ctx.clone().with_call(scope.clone()),
@@ -85,39 +91,24 @@ pub(super) async fn run(
     let mut prior = None;
     // Settle what the key's record says until this call holds the key (or has its answer).
     let (token, mut renewal) = loop {
-        let token = Token::generate();
-        let reserve = store.reserve(&rkey, &def.name, &fingerprint, &token, settings.lease);
-        let reservation = match observe::store(StoreOp::Reserve, reserve).await {
-            Ok(reservation) => reservation,
+        let found = match claim.reserve().await {
+            Ok(found) => found,
             Err(e) => {
                 tracing::warn!(tool = %def.name, key = %log_key, error = %e, "store refused the reservation; the tool did not run");
-                // The reserve may have been applied with its reply lost: free it under the
-                // token this call drew, so "nothing was done" holds and the key stays usable.
-                unreserve(&recorder, &store, &rkey, &token, what).await;
                 return Err(e.refusal());
             }
         };
-        let record = match reservation {
-            Reservation::Reserved { token, failures } => {
+        match found {
+            Found::Reserved { token, failures } => {
                 tracing::debug!(tool = %def.name, key = %log_key, "reserved; running");
                 if limit.is_some() && by_call.is_none() {
                     prior = Some(failures);
                 }
                 break (token, None);
             }
-            Reservation::Existing(record) => record,
-        };
-        if record.fingerprint() != &fingerprint {
-            let other = match record {
-                Record::Completed { .. } => texts::Other::Ran,
-                Record::InProgress { .. } => texts::Other::Running,
-                Record::Stale { .. } => texts::Other::Unknown,
-            };
-            return Err(conflict(&exec, def, &log_key, other));
-        }
-        match record {
-            Record::Completed { outcome, .. } => return replay(&exec, def, &log_key, outcome),
-            Record::InProgress { since, .. } => {
+            Found::Conflict(other) => return Err(conflict(&exec, def, &log_key, other)),
+            Found::Completed(outcome) => return replay(&exec, def, &log_key, outcome),
+            Found::InProgress { since } => {
                 if deadline.is_some_and(|deadline| tokio::time::Instant::now() < deadline) {
                     tokio::time::sleep(poll_interval(settings.wait_in_progress)).await;
                     continue;
@@ -127,11 +118,10 @@ pub(super) async fn run(
                 tracing::debug!(tool = %def.name, key = %log_key, "in progress");
                 return Err(texts::in_progress(def.named(), since));
             }
-            Record::Stale {
+            Found::Stale {
                 token,
                 since,
                 reported,
-                ..
             } => {
                 let Some(recover) = recover_hook.take() else {
                     exec.stats.unknown.inc();
@@ -144,7 +134,7 @@ pub(super) async fn run(
                 let stale = Stale {
                     exec: &exec,
                     def,
-                    rkey: &rkey,
+                    claim: &claim,
                     counted,
                     log_key: &log_key,
                     scope: &scope,
@@ -169,13 +159,7 @@ pub(super) async fn run(
         }
     };
 
-    let holder = Holder {
-        store: &store,
-        recorder: &recorder,
-        rkey: &rkey,
-        token: &token,
-        what,
-    };
+    let holder = claim.holder(&token);
     if let (Some(_), Some(by_call), None) = (limit, &by_call, prior) {
         match observe::store(StoreOp::Failures, store.failures(by_call)).await {
             Ok(failures) => prior = Some(failures),
@@ -203,10 +187,7 @@ pub(super) async fn run(
     let permit = match &slot {
         Some(slot) => {
             // The wait may be long: the runtime's renewer renews the lease meanwhile.
-            let waiting = match renewal.take() {
-                Some(renewal) => renewal.resume(&store, &rkey, &token),
-                None => Renewal::start(store.clone(), rkey.clone(), token.clone(), settings.lease),
-            };
+            let waiting = claim.keep_renewed(&token, renewal.take());
             match slot.acquire().await {
                 Ok(permit) => {
                     renewal = Some(waiting);
@@ -227,18 +208,12 @@ pub(super) async fn run(
     exec.stats.executed.inc();
     let _running = observe::body_started();
     // The lookup's renewal (after a take-over) holds the lease until the body's own starts.
-    let (ran, renewal) = drive(
-        &store,
-        &rkey,
-        &token,
-        settings.lease,
-        renewal,
-        (call.body)(invocation()),
-    )
-    .await;
+    let (ran, renewal) = claim
+        .drive(&token, renewal, (call.body)(invocation()))
+        .await;
     drop(permit);
     // A result no replay could read back is an unknown outcome, as one that does not serialize.
-    let ran = ran.map(|ended| ended.and_then(|value| recordable(value, what)));
+    let ran = ran.map(|ended| ended.and_then(|value| recordable(value, claim.what)));
     // A failure is counted before the key is freed: the next call reads the count.
     let reached = match limit.filter(|_| invites_retry(&ran, call_has_recover)) {
         Some(limit) => {
@@ -264,7 +239,8 @@ pub(super) async fn run(
             return Err(after_steps(def, &scope, answer));
         }
     }
-    let value = settle(&holder, settings.retain, ran, renewal, Some(&exec.stats))
+    let value = holder
+        .settle(settings.retain, ran, renewal, Some(&exec.stats))
         .await
         .map_err(|err| texts::looked_up_on_retry(err, call_has_recover, def.key_follows_step()))
         .map_err(|err| {
@@ -301,7 +277,8 @@ enum TakeOver {
 struct Stale<'a> {
     exec: &'a Arc<Executor>,
     def: &'a ToolDefinition,
-    rkey: &'a RecordKey,
+    /// The call's claim on its key.
+    claim: &'a Claim<'a>,
     /// Where the call's failures are counted: `rkey`, or the call's place-free record.
     counted: &'a RecordKey,
     log_key: &'a crate::key::LogHash<'a>,
@@ -316,15 +293,15 @@ impl Stale<'_> {
         let Stale {
             exec,
             def,
-            rkey,
+            claim,
             counted,
             log_key,
             scope,
             ctx,
         } = self;
-        let (store, recorder) = (&exec.store, &exec.recorder);
+        let store = &exec.store;
         let (settings, limit) = (&def.settings, Limit::of(def));
-        let what = What::Tool(&def.name);
+        let what = claim.what;
         // Checked before taking the record over, which leaves it as it is when refused.
         let failures = match limit {
             Some(limit) => {
@@ -344,8 +321,7 @@ impl Stale<'_> {
             }
             None => None,
         };
-        let take_over = store.take_over(rkey, &stale, settings.lease);
-        let token = match observe::store(StoreOp::TakeOver, take_over).await {
+        let token = match claim.take_over(&stale).await {
             Ok(Some(token)) => token,
             // Another caller took it over first.
             Ok(None) => return TakeOver::Beaten(recover),
@@ -357,28 +333,15 @@ impl Stale<'_> {
             ctx: ctx.clone().with_call(scope.clone()),
             state: exec.state.clone(),
         };
-        let (looked, renewal) = drive(
-            store,
-            rkey,
-            &token,
-            settings.lease,
-            None,
-            recover(invocation),
-        )
-        .await;
-        let holder = Holder {
-            store,
-            recorder,
-            rkey,
-            token: &token,
-            what,
-        };
+        let (looked, renewal) = claim.drive(&token, None, recover(invocation)).await;
+        let holder = claim.holder(&token);
         let looked = looked
             .map(|ended| ended.and_then(|found| found.map(|v| recordable(v, what)).transpose()));
         let answer = match looked {
             Ok(Ok(Some(found))) => {
-                let found =
-                    record_outcome(&holder, Outcome::Ok(found), settings.retain, renewal).await;
+                let found = holder
+                    .record(Outcome::Ok(found), settings.retain, renewal)
+                    .await;
                 if found.is_ok() {
                     clear_failures(store, counted, failures, def, false).await;
                 }

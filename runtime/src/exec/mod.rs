@@ -35,8 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::StateMap;
-use crate::lease::{panicked, Recorder, ShutdownReport, What};
+use crate::lease::{Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, ToolTelemetry};
+use crate::reservation::panicked;
 use crate::stats::{Counters, Stats};
 use crate::store::{Record, RecordKey, RecordKeyRef, Store};
 use crate::story::Story;
