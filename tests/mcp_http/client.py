@@ -6,7 +6,7 @@ The plan: {"url", "token", "calls": [{"tool", "arguments", "meta"?, "progress"?}
 "exit_after_progress"?: true}. The script connects with `Authorization: Bearer <token>` (none when the token is empty),
 initializes, makes the calls in order and prints one JSON line per call: the `CallToolResult`
 as it came over the wire, plus "progress": the notifications that arrived for the call, in
-order, when the call asked for them.
+order, when the call asked for them, and "protocol": the revision the session agreed on.
 
 With "exit_after_progress" the process ends abruptly (no session teardown, no reply read) as
 soon as the first call's first progress notification arrives: a client whose connection drops
@@ -46,7 +46,7 @@ async def run(plan):
         http_client.event_hooks["response"].append(note_refusal)
         async with streamable_http_client(plan["url"], http_client=http_client) as (read, write):
             async with ClientSession(read, write) as session:
-                await session.initialize()
+                initialized = await session.initialize()
                 for call in plan["calls"]:
                     progress = []
 
@@ -64,6 +64,7 @@ async def run(plan):
                     )
                     reply = result.model_dump(by_alias=True, mode="json", exclude_none=True)
                     reply["progress"] = progress
+                    reply["protocol"] = initialized.protocol_version
                     emit(reply)
 
 

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, GetTaskParams,
-    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ResultType, ServerCapabilities,
-    ServerConfig, Tool, UpdateTaskParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ResultType,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -231,6 +231,10 @@ fn principal_scope(
 }
 
 /// How long a body's `ctx.progress(..)` waits for its notification to be taken.
+/// How long a client may keep a `tools/list` answer before asking again: a minute, so that a
+/// new release's tools reach clients soon after it starts.
+const TOOL_LIST_TTL_MS: u64 = 60_000;
+
 const PROGRESS_SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether a request is still unanswered; answered once this is dropped.
@@ -317,7 +321,12 @@ impl ServerHandler for McpServer {
             .map(|def| serde_json::from_value::<Tool>(def.to_mcp()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| internal(format!("a tool definition is not a valid MCP tool: {e}")))?;
-        Ok(ListToolsResult::with_all_items(tools))
+        // The 2026-07-28 protocol asks every list for how long it stays fresh and who may cache
+        // it. A toolbox's tools are fixed for its life, but a new release may change them; and
+        // what one caller is shown is that caller's own (a server may list tools per principal).
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(TOOL_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
