@@ -36,6 +36,9 @@ use crate::{texts, ToolContext, Toolbox};
 /// McpServer::new(toolbox).with_tenant("acme-corp").serve_stdio().await
 /// # }
 /// ```
+// The module is gated on `mcp` already; rustdoc reads only an item's own cfg across crates,
+// so without it here `toolkey`'s docs would not mark the type.
+#[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub struct McpServer {
     toolbox: Toolbox,
