@@ -15,10 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 use toolkey::store::{MemoryStore, Store};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
-
-#[path = "rounds.rs"]
-mod rounds;
-use rounds::*;
+use toolkey_tests::rounds::*;
 
 #[derive(Default)]
 struct Ledger {

@@ -1,7 +1,6 @@
 //! The same server work as the stores do, written directly with the client crates: the statements
 //! and scripts the benches compare the stores with. They mirror those in
 //! `runtime/src/store/{postgres,redis}.rs`.
-#![allow(dead_code)]
 
 pub const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";

@@ -1,5 +1,4 @@
 //! Two sides of a ratio timed side by side, in rounds, for the benches that print their ratios.
-#![allow(dead_code)]
 
 /// True on a whole run of a bench (`cargo bench --bench <name>`: no filter, no other mode), or
 /// with `TOOLKEY_BENCH_RATIOS` set: the side-by-side rounds take a few seconds more.

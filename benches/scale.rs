@@ -33,13 +33,8 @@ use toolkey::store::{
     Token,
 };
 use toolkey::Fingerprint;
-
-#[path = "direct.rs"]
-mod direct;
-use direct::*;
-#[path = "rounds.rs"]
-mod rounds;
-use rounds::*;
+use toolkey_tests::direct::*;
+use toolkey_tests::rounds::*;
 
 /// Counts the bytes the program holds from the allocator (asked for, not rounded).
 struct Counting;

@@ -81,13 +81,8 @@ use toolkey::store::{
     CachedStore, Outcome, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
 };
 use toolkey::Fingerprint;
-
-#[path = "direct.rs"]
-mod direct;
-use direct::*;
-#[path = "rounds.rs"]
-mod rounds;
-use rounds::*;
+use toolkey_tests::direct::*;
+use toolkey_tests::rounds::*;
 
 const REDIS_CLUSTER_URLS: [&str; 3] = [
     "redis://127.0.0.1:7000",

@@ -20,10 +20,7 @@ use futures_util::future::join_all;
 use serde_json::json;
 use toolkey::store::{Outcome, RecordKey, SqliteStore, Store, Token};
 use toolkey::Fingerprint;
-
-#[path = "direct.rs"]
-mod direct;
-use direct::*;
+use toolkey_tests::direct::*;
 
 /// How many callers run at once.
 const CALLERS: usize = 64;

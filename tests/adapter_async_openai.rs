@@ -2,8 +2,6 @@
 //! against a scripted model (no network) that reads the tool messages and decides as a model
 //! would, effects counted on fake outside systems.
 
-mod billing;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +16,7 @@ use billing::{Billing, RefundOrder, Refunds, SendInvoicePatient};
 use serde_json::{json, Value};
 use toolkey::adapters::async_openai::{assistant_message, handle_tool_calls, tools};
 use toolkey::{ToolContext, Toolbox};
+use toolkey_tests::billing;
 
 fn text(message: &ChatCompletionRequestMessage) -> Option<Value> {
     let ChatCompletionRequestMessage::Tool(tool) = message else {

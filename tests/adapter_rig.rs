@@ -1,8 +1,6 @@
 //! Toolbox tools inside a rig agent: full agent turns against rig's own scripted completion
 //! model (no network), effects counted on the fake billing system.
 
-mod billing;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +13,7 @@ use rig_core::tool::ToolErrorKind;
 use serde_json::{json, Value};
 use toolkey::adapters::rig::{tool_context, tools};
 use toolkey::{ToolContext, Toolbox};
+use toolkey_tests::billing;
 
 /// Billing answers after 300 ms: past the tool's 200 ms timeout.
 fn slow_billing() -> (Arc<Billing>, Toolbox) {

@@ -1,12 +1,8 @@
 //! The examples' scenarios, the same code with shorter delays, and every count they print.
 
-#[allow(dead_code)] // the example's main uses the parts the test does not
-#[path = "../examples/invoice/scenario.rs"]
-mod invoice;
-#[path = "../examples/refund/scenario.rs"]
-mod refund;
-
 use std::time::Duration;
+
+use toolkey_tests::{invoice, refund};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invoice_naive_ends_with_three_invoices_and_keyed_with_one() {

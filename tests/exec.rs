@@ -1,7 +1,5 @@
 //! The executor's behaviour, counted on fake outside systems.
 
-mod billing;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +12,7 @@ use toolkey::store::{
 use toolkey::{
     tool, BuildError, ErrorCode, Fingerprint, State, Tool, ToolContext, ToolError, Toolbox,
 };
+use toolkey_tests::billing;
 
 use billing::{Billing, SendInvoiceScaled};
 

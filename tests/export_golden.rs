@@ -4,15 +4,13 @@
 //! committing it. And the order of properties: the order the parameters are declared in, in
 //! every export.
 
-mod billing;
-mod catalog;
-
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use toolkey::{tool, Fingerprint, Tool, ToolDefinition, ToolError};
+use toolkey_tests::catalog;
 
 fn check(profile: &str, export: impl Fn(&ToolDefinition) -> Value) {
     let tools: Vec<Value> = catalog::toolbox()

@@ -1,12 +1,11 @@
 //! The exports of every catalog tool against each provider's rules, and the canonical schemas
 //! against the JSON Schema 2020-12 meta-schema.
 
-mod billing;
-mod catalog;
 mod openai_rules;
 
 use serde_json::{json, Value};
 use toolkey::{Story, ToolDefinition};
+use toolkey_tests::catalog;
 
 fn definitions() -> Vec<ToolDefinition> {
     catalog::toolbox().definitions().to_vec()

@@ -1,8 +1,6 @@
 //! Keys and fingerprints as `#[tool]` derives them: normalization, escaping, the length rule,
 //! `hash = true`, what the fingerprint covers, and the key a body reads from its context.
 
-mod billing;
-
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -10,6 +8,7 @@ use serde_json::{json, Value};
 use toolkey::{
     tool, Fingerprint, IdempotencyKey, State, Tool, ToolContext, ToolError, Toolbox, MAX_KEY_BYTES,
 };
+use toolkey_tests::billing;
 
 use billing::{Billing, SendInvoice};
 

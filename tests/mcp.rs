@@ -4,8 +4,6 @@
 //! another client's records; a body's progress reaches the client that asked for it, in order.
 #![cfg(feature = "mcp")]
 
-mod billing;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -18,6 +16,7 @@ use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use toolkey::providers::mcp::{ClientRunIds, McpServer};
 use toolkey::Toolbox;
+use toolkey_tests::billing;
 
 use billing::{RefundOrder, Refunds};
 

@@ -9,9 +9,6 @@
 //! `.ci/services.sh` installs). A missing SDK fails these tests, naming `scripts/test.sh`.
 #![cfg(feature = "mcp-http")]
 
-mod billing;
-mod mcp_python;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +30,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::{billing, mcp_python};
 
 use billing::{RefundOrder, Refunds};
 use mcp_python::python;

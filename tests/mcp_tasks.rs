@@ -12,11 +12,6 @@
 //! `scripts/test.sh`.
 #![cfg(all(feature = "mcp-http", feature = "sqlite", feature = "postgres", unix))]
 
-mod billing;
-mod child;
-mod mcp_python;
-mod servers;
-
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +35,7 @@ use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::store::{MemoryStore, PostgresStore, SqliteStore, Store};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::{billing, child, mcp_python, servers};
 
 use billing::{journal_count, Billing, Invoice, SendInvoice, SendInvoiceBriefLease};
 use mcp_python::python;

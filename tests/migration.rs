@@ -7,8 +7,6 @@
 //! hash fields for Redis.
 #![cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
 
-mod servers;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -17,6 +15,7 @@ use toolkey::store::{
     EntryState, Filter, MemoryStore, PostgresStore, RedisStore, SqliteStore, Store,
 };
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::servers;
 
 const POSTGRES: (&str, &str) = (
     "TOOLKEY_POSTGRES_URL",

@@ -9,9 +9,6 @@
 //! appends to.
 #![cfg(all(feature = "sqlite", feature = "postgres", feature = "redis", unix))]
 
-mod child;
-mod servers;
-
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +23,7 @@ use toolkey::store::{
 };
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
 use toolkey_cli::Exit;
+use toolkey_tests::{child, servers};
 
 const POSTGRES: (&str, &str) = (
     "TOOLKEY_POSTGRES_URL",

@@ -7,9 +7,6 @@
 //! part when `TOOLKEY_CHILD` is set, and nothing otherwise.
 #![cfg(all(feature = "postgres", feature = "redis", unix))]
 
-mod child;
-mod servers;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +17,7 @@ use rusqlite::Connection;
 use serde_json::json;
 use toolkey::store::{PostgresStore, RedisStore, Store};
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::{child, servers};
 
 const POSTGRES: (&str, &str) = (
     "TOOLKEY_POSTGRES_URL",

@@ -11,12 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod child;
-
 use rusqlite::Connection;
 use serde_json::json;
 use toolkey::store::SqliteStore;
 use toolkey::{tool, ErrorCode, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::child;
 
 /// The outside system: a ledger of refunds in its own SQLite file, and this process's role.
 struct Outside {

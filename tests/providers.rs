@@ -3,9 +3,6 @@
 //! API it came from, and says so in what the model reads. Each scenario ends with an exact
 //! count of effects in the fake systems.
 
-mod billing;
-mod catalog;
-
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +11,7 @@ use serde_json::{json, Value};
 use toolkey::providers::{anthropic, mcp, openai};
 use toolkey::store::SqliteStore;
 use toolkey::{ErrorCode, ToolContext, Toolbox};
+use toolkey_tests::{billing, catalog};
 
 use billing::{RefundOrder, Refunds};
 

@@ -3,15 +3,6 @@
 //! mistake, and against safe tools — the examples' keyed tools and the test catalog's among them —
 //! each of which must pass every row. Effects are counted in fake outside systems.
 
-mod billing;
-mod catalog;
-#[allow(dead_code)] // the example's main uses the parts the kit does not
-#[path = "../examples/invoice/scenario.rs"]
-mod invoice;
-#[allow(dead_code)]
-#[path = "../examples/refund/scenario.rs"]
-mod refund;
-
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use toolkey::testing::{Backend, Report, RetryCheck, Scenario, Verdict};
 use toolkey::{tool, State, Tool, ToolContext, ToolDefinition, ToolError};
+use toolkey_tests::{billing, catalog, invoice, refund};
 
 /// The outside system of the kit's own tools: every charge, by order and amount; charges sent
 /// with a provider key are made once per key, as a payment API does.

@@ -10,9 +10,6 @@
 //! The test binary runs itself as the child process: `child_process_entry` does the child's
 //! part when `TOOLKEY_CHILD` is set, and nothing otherwise.
 
-mod child;
-mod servers;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +24,7 @@ use toolkey::{
     tool, ErrorCode, RetryLimit, State, Tool, ToolContext, ToolError, ToolOutput, Toolbox,
     ToolboxBuilder,
 };
+use toolkey_tests::{child, servers};
 
 // ---------------------------------------------------------------------------------------------
 // The outside systems.

@@ -11,8 +11,6 @@
 //! tests.
 #![cfg(any(feature = "postgres", feature = "redis"))]
 
-mod servers;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use toolkey::store::{CachedStore, Store, Token};
 use toolkey::{tool, ErrorCode, RetryLimit, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::servers;
 
 /// A proxy to `target` that counts the round trips of every connection through it.
 struct CountingProxy {

@@ -1,9 +1,8 @@
 //! The schema `#[tool]` derives for the design's `send_invoice`, and its status companion's.
 
-mod billing;
-
 use serde_json::{json, Value};
 use toolkey::{Story, Tool, Toolbox};
+use toolkey_tests::billing;
 
 use billing::{Billing, SendInvoice};
 

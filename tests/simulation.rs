@@ -36,8 +36,6 @@
 //!
 //! Run it with `cargo test -p toolkey-tests --release --all-features --test simulation`.
 
-mod servers;
-
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io::Write;
@@ -55,6 +53,7 @@ use toolkey::store::{
     Resolution, Store, StoreError, Token,
 };
 use toolkey::{tool, ErrorCode, Fingerprint, RetryLimit, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::servers;
 
 /// The lease every simulated tool holds (renewed every 500 ms while its body runs). Long enough
 /// that a renewal delayed by a busy machine (a debug build on two cores) still lands in time:

@@ -1,8 +1,6 @@
 //! The local cache of completed records: the conformance suite through it, expiry honoured by
 //! the cache's own clock, and its memory bounded by its byte budget.
 
-mod conformance;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +9,7 @@ use toolkey::store::{
     CachedStore, ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, Token,
 };
 use toolkey::Fingerprint;
+use toolkey_tests::conformance;
 
 fn cached(clock: &Arc<ManualClock>, budget: u64) -> Arc<CachedStore<Arc<MemoryStore>>> {
     let inner = Arc::new(MemoryStore::with_clock(clock.clone()));

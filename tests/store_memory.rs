@@ -1,10 +1,9 @@
 //! The store conformance suite against the in-process store.
 
-mod conformance;
-
 use std::sync::Arc;
 
 use toolkey::store::{ManualClock, MemoryStore};
+use toolkey_tests::conformance;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_store_conforms() {

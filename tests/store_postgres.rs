@@ -5,9 +5,6 @@
 //! An unreachable server fails these tests, naming `scripts/test.sh`, which starts it.
 #![cfg(feature = "postgres")]
 
-mod conformance;
-mod servers;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +13,7 @@ use toolkey::store::{
     Outcome, PostgresStore, Record, RecordKey, Reservation, Store, StoreError, Token,
 };
 use toolkey::Fingerprint;
+use toolkey_tests::{conformance, servers};
 
 const VAR: &str = "TOOLKEY_POSTGRES_URL";
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

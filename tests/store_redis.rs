@@ -8,9 +8,6 @@
 //! take turns (see [`turn`]).
 #![cfg(feature = "redis")]
 
-mod conformance;
-mod servers;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +17,7 @@ use toolkey::store::{
     Cursor, Filter, Outcome, RecordKey, RedisStore, Reservation, Store, StoreError, Token,
 };
 use toolkey::Fingerprint;
+use toolkey_tests::{conformance, servers};
 
 const VAR: &str = "TOOLKEY_REDIS_URL";
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";

@@ -11,9 +11,6 @@
 //! and prints the counts, for a longer measurement.
 #![cfg(feature = "redis")]
 
-mod conformance;
-mod servers;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +25,7 @@ use toolkey::store::{
     Cursor, Filter, Outcome, Record, RecordKey, RedisStore, Reservation, Store, StoreError, Token,
 };
 use toolkey::Fingerprint;
+use toolkey_tests::{conformance, servers};
 
 const VAR: &str = "TOOLKEY_REDIS_CLUSTER_URLS";
 const DEFAULT_URLS: &str = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002,\

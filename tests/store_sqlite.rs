@@ -4,9 +4,6 @@
 //! when its environment names a database, and nothing otherwise.
 #![cfg(feature = "sqlite")]
 
-mod child;
-mod conformance;
-
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -16,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolkey::store::{ManualClock, Record, RecordKey, Reservation, SqliteStore, Store};
 use toolkey::Fingerprint;
+use toolkey_tests::{child, conformance};
 
 /// Set in the environment of the child processes: the database file to hammer.
 const CHILD_DB: &str = "TOOLKEY_SQLITE_HAMMER_DB";

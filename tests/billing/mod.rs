@@ -1,6 +1,5 @@
 //! The fake billing system the integration tests count effects on (invoices sent, refunds made),
 //! and the tools that act on it.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

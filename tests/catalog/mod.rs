@@ -1,7 +1,6 @@
 //! A catalog of tools whose arguments cover the types users write — strings, integers, floats,
 //! bools, `Option`, `Vec`, nested structs, unit and data-carrying enums, doc comments on nested
 //! fields, no parameters at all — and one tool of every story. The export tests run over it.
-#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,5 @@
 //! The process tests' child processes: the test binary runs itself, with its
 //! `child_process_entry` test doing the child's part when `TOOLKEY_CHILD` is set.
-#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -1,6 +1,5 @@
 //! One setup for every run of the store conformance suite: each store says how one of its records
 //! is damaged (its `__corrupt` test hook), and [`run`] does the rest.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::pin::Pin;

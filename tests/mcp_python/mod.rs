@@ -1,5 +1,4 @@
 //! The official Python MCP SDK the MCP-over-HTTP tests drive a server with: where it is.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 

@@ -18,7 +18,6 @@
 //! - Limits: at most 5000 object properties in all, 10 levels of object nesting, 1000 enum
 //!   values, and 120,000 characters of property names, definition names, enum and const values.
 //! - The function's name is 1 to 64 of `a-z A-Z 0-9 _ -`.
-#![allow(dead_code)]
 
 use serde_json::{Map, Value};
 

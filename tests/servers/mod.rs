@@ -1,7 +1,6 @@
 //! The server stores' test helpers: finding the server, a TCP proxy that can play a server going
 //! away and coming back, and the checks every server store passes when it does (fail closed,
 //! then recover on the same store).
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::SocketAddr;
