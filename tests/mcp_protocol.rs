@@ -7,10 +7,6 @@
 //! invoices on a fake billing system.
 #![cfg(all(feature = "mcp-http", feature = "postgres", feature = "redis"))]
 
-mod billing;
-mod mcp_python;
-mod servers;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,6 +24,7 @@ use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::store::{PostgresStore, RedisStore, Store};
 use toolkey::Toolbox;
+use toolkey_tests::{billing, mcp_python, servers};
 
 use billing::{Billing, SendInvoice};
 use mcp_python::python;
