@@ -103,6 +103,7 @@
 //! | `redis` | | `store::RedisStore`, on one server or a Redis Cluster |
 //! | `mcp` | | `providers::mcp::McpServer`: MCP over stdio, with rmcp |
 //! | `mcp-http` | | `providers::mcp::http`: MCP over streamable HTTP, authentication, tasks |
+//! | `mcp-oauth` | | `providers::mcp::oauth`: bearer JWTs checked against the issuer's keys, for an OAuth resource server |
 //! | `testing` | | `testing::RetryCheck`, the retry-safety check ([guide](guide::testing)); `store::conformance`; `store::faults` |
 //! | `rig` | | `adapters::rig` |
 //! | `async-openai` | | `adapters::async_openai` |

@@ -1,7 +1,9 @@
 //! MCP: `tools/call` in, a `CallToolResult` out; with feature `mcp`, [`McpServer`] serves a whole
 //! toolbox over stdio on rmcp, the official Rust MCP SDK; with feature `mcp-http`,
 //! [`McpHttp`](http::McpHttp) serves it over streamable HTTP, every request authenticated, each
-//! principal fixing its calls' tenant and scoping the run ids it names (see [`http`]).
+//! principal fixing its calls' tenant and scoping the run ids it names (see [`http`]), as an
+//! OAuth 2.1 resource server when given its [protected resource](http#oauth); with `mcp-oauth`,
+//! `oauth::JwtAuthenticator` checks bearer JWTs against their issuer's keys.
 //!
 //! A result is a text block with the result's JSON, plus the result itself as
 //! `structuredContent` when it is an object (MCP's structured content is always one). A replay
@@ -96,6 +98,10 @@ mod tasks;
 #[cfg(feature = "mcp-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp-http")))]
 pub mod http;
+
+#[cfg(feature = "mcp-oauth")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp-oauth")))]
+pub mod oauth;
 
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]

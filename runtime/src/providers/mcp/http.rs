@@ -41,6 +41,28 @@
 //!
 //! [`McpHttp::router`] gives the same endpoint as an axum [`Router`] to mount in an app of your
 //! own (`Router::new().nest("/mcp", mcp.router())`).
+//!
+//! # OAuth
+//!
+//! The endpoint is an OAuth 2.1 resource server as MCP's authorization specification has it,
+//! once given its [`ProtectedResource`]:
+//!
+//! - its metadata (RFC 9728) is served at its well-known URI
+//!   ([`McpHttp::well_known_router`]), and every `401` names it in a
+//!   `WWW-Authenticate: Bearer resource_metadata="…"` challenge, with `error="invalid_token"`
+//!   when a token was given and refused (RFC 6750 §3.1);
+//! - a tool may [require scopes](McpHttp::require_scopes): a principal without them is not
+//!   shown it, and its call is answered `403` with `error="insufficient_scope"` and the scopes,
+//!   before anything runs;
+//! - the `Authorization` header is removed once it proved the principal: no tool sees the
+//!   token, so none can pass it on.
+//!
+//! Tokens are the authenticator's to check: [`JwtAuthenticator`](super::oauth::JwtAuthenticator)
+//! (feature `mcp-oauth`) checks JWTs against the issuer's keys, for this resource's audience;
+//! an authenticator of your own grants scopes with [`Principal::with_scopes`].
+
+// `JwtAuthenticator` exists with feature `mcp-oauth` only; the docs name it either way.
+#![cfg_attr(not(feature = "mcp-oauth"), allow(rustdoc::broken_intra_doc_links))]
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -58,6 +80,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::McpServer;
 use crate::Toolbox;
+
+mod resource;
+
+pub(crate) use resource::RequiredScopes;
+pub use resource::{ConfigError, ProtectedResource};
 
 /// A request's method, URI, headers and extensions, as an [`Authenticator`] sees them (the
 /// `http` crate's `request::Parts`).
@@ -79,6 +106,7 @@ pub use http::request::Parts;
 pub struct Principal {
     id: Arc<str>,
     tenant: Arc<str>,
+    scopes: Arc<[String]>,
 }
 
 impl Principal {
@@ -90,6 +118,7 @@ impl Principal {
         Principal {
             tenant: id.clone(),
             id,
+            scopes: Arc::from([]),
         }
     }
 
@@ -98,6 +127,22 @@ impl Principal {
     /// names one action for all of them); run ids stay the principal's own.
     pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Arc::from(tenant.into());
+        self
+    }
+
+    /// The OAuth scopes the caller's credentials grant (none when not set): a tool that
+    /// [requires scopes](McpHttp::require_scopes) is listed to, and runs for, a principal
+    /// granted every one of them.
+    ///
+    /// ```
+    /// use toolkey::providers::mcp::http::Principal;
+    ///
+    /// let bob = Principal::new("bob").with_scopes(["invoices:read", "invoices:write"]);
+    /// assert!(bob.has_scope("invoices:write"));
+    /// assert!(!Principal::new("carol").has_scope("invoices:write"));
+    /// ```
+    pub fn with_scopes(mut self, scopes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.scopes = scopes.into_iter().map(Into::into).collect();
         self
     }
 
@@ -110,10 +155,27 @@ impl Principal {
     pub fn tenant(&self) -> &str {
         &self.tenant
     }
+
+    /// The scopes the credentials grant.
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
+    }
+
+    /// Whether the credentials grant `scope`.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|granted| granted == scope)
+    }
+
+    /// Whether two principals are one caller: the same id in the same tenant, whatever scopes
+    /// each token grants.
+    fn same_caller(&self, other: &Principal) -> bool {
+        self.id == other.id && self.tenant == other.tenant
+    }
 }
 
 /// Why a request was not let in: `401 Unauthorized` with a `WWW-Authenticate: Bearer`
-/// challenge, or `403 Forbidden`, with a JSON body that names the reason.
+/// challenge, `403 Forbidden`, or `503 Service Unavailable`, with a JSON body that names the
+/// reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     status: StatusCode,
@@ -137,6 +199,15 @@ impl Refusal {
         }
     }
 
+    /// Credentials the server cannot check now (the identity provider does not answer):
+    /// `503 Service Unavailable`. The client may try again later with the same credentials.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+        }
+    }
+
     /// The HTTP status the request is answered with.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -150,10 +221,10 @@ impl Refusal {
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let code = if self.status == StatusCode::FORBIDDEN {
-            "FORBIDDEN"
-        } else {
-            "UNAUTHENTICATED"
+        let code = match self.status {
+            StatusCode::FORBIDDEN => "FORBIDDEN",
+            StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
+            _ => "UNAUTHENTICATED",
         };
         let body = serde_json::json!({"error": {"code": code, "message": self.message}});
         let mut response = (
@@ -220,6 +291,8 @@ pub struct McpHttp {
     server: McpServer,
     authenticator: Arc<dyn Authenticator>,
     allowed_hosts: Option<Vec<String>>,
+    resource: Option<ProtectedResource>,
+    required_scopes: RequiredScopes,
     shutdown: CancellationToken,
 }
 
@@ -230,7 +303,60 @@ impl McpHttp {
             server: McpServer::new(toolbox),
             authenticator: Arc::new(authenticator),
             allowed_hosts: None,
+            resource: None,
+            required_scopes: RequiredScopes::default(),
             shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Serves as the OAuth 2.1 protected resource `resource` (see [OAuth](self#oauth)): its
+    /// metadata at RFC 9728's well-known path ([`well_known_router`](Self::well_known_router)),
+    /// and every `401 Unauthorized` a challenge that names it
+    /// (`Bearer resource_metadata="…"`, with `error="invalid_token"` when a token was given
+    /// and refused), so a client finds the authorization server from the refusal.
+    pub fn with_protected_resource(mut self, resource: ProtectedResource) -> Self {
+        self.resource = Some(resource);
+        self
+    }
+
+    /// Requires `scopes` of every call of `tool`, beside those already required: a principal
+    /// not granted all of them ([`Principal::with_scopes`]) is not shown the tool in
+    /// `tools/list`, and its call is answered `403 Forbidden` with
+    /// `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, before anything runs.
+    ///
+    /// An error when the toolbox has no tool `tool`, or a scope is not an OAuth scope (empty,
+    /// or with a space, `"`, `\` or a character outside printable ASCII).
+    ///
+    /// ```
+    /// # use toolkey::providers::mcp::http::{McpHttp, Parts, Principal, Refusal};
+    /// # fn build(toolbox: toolkey::Toolbox, authenticate: fn(&Parts) -> Result<Principal, Refusal>)
+    /// # -> Result<McpHttp, toolkey::providers::mcp::http::ConfigError> {
+    /// let mcp = McpHttp::new(toolbox, authenticate)
+    ///     .require_scopes("send_invoice", ["invoices:write"])?
+    ///     .require_scopes("invoice_status", ["invoices:read"])?;
+    /// # Ok(mcp) }
+    /// ```
+    pub fn require_scopes(
+        mut self,
+        tool: &str,
+        scopes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Self, ConfigError> {
+        if self.server.toolbox().definition(tool).is_none() {
+            return Err(ConfigError::UnknownTool(tool.to_string()));
+        }
+        self.required_scopes.add(tool, scopes)?;
+        Ok(self)
+    }
+
+    /// The protected resource's metadata as an axum router to merge at the root of your app
+    /// (`Router::new().nest("/mcp", mcp.router()).merge(mcp.well_known_router())`):
+    /// `/.well-known/oauth-protected-resource` followed by the resource's path, and without
+    /// it. Answers nothing without [`with_protected_resource`](Self::with_protected_resource);
+    /// [`serve`](Self::serve) merges it itself. The metadata is public, as RFC 9728 has it.
+    pub fn well_known_router(&self) -> Router {
+        match &self.resource {
+            Some(resource) => resource.router(&self.required_scopes),
+            None => Router::new(),
         }
     }
 
@@ -288,16 +414,20 @@ impl McpHttp {
         if let Some(hosts) = &self.allowed_hosts {
             config = config.with_allowed_hosts(hosts.clone());
         }
-        let template = Arc::new(self.server.authenticated_session());
+        let scopes = Arc::new(self.required_scopes.clone());
+        let template = Arc::new(self.server.authenticated_session(scopes.clone()));
+        let session_scopes = scopes.clone();
         let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
-            move || Ok(template.authenticated_session()),
+            move || Ok(template.authenticated_session(session_scopes.clone())),
             sessions.clone(),
             config,
         );
         let gate = Arc::new(Gate {
             no_host,
             authenticator: self.authenticator.clone(),
+            resource: self.resource.clone(),
+            scopes,
             sessions,
             owners: Mutex::default(),
         });
@@ -307,13 +437,17 @@ impl McpHttp {
     }
 
     /// Serves the endpoint at `/mcp` on `listener` until `shutdown` completes, then closes the
-    /// open sessions and waits for tool bodies still running (see [`Toolbox::shutdown`]).
+    /// open sessions and waits for tool bodies still running (see [`Toolbox::shutdown`]). A
+    /// [protected resource](Self::with_protected_resource)'s metadata is served too, at its
+    /// well-known paths.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = Router::new().nest("/mcp", self.router());
+        let app = Router::new()
+            .nest("/mcp", self.router())
+            .merge(self.well_known_router());
         let sessions = self.shutdown.clone();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -337,6 +471,9 @@ struct Gate {
     /// The allowed hosts are an empty list: no request is let in.
     no_host: bool,
     authenticator: Arc<dyn Authenticator>,
+    /// The OAuth protected resource the challenges name, when there is one.
+    resource: Option<ProtectedResource>,
+    scopes: Arc<RequiredScopes>,
     sessions: Arc<LocalSessionManager>,
     owners: Mutex<Owners>,
 }
@@ -372,6 +509,30 @@ impl Gate {
         }
     }
 
+    /// The refusal as its response; a `401` names the protected resource's metadata, and says
+    /// `invalid_token` when the request carried a token (RFC 6750 §3.1).
+    fn refused(&self, refusal: Refusal, had_token: bool) -> Response {
+        let message = refusal.message().to_string();
+        let status = refusal.status();
+        let mut response = refusal.into_response();
+        if let (Some(resource), StatusCode::UNAUTHORIZED) = (&self.resource, status) {
+            let metadata = ("resource_metadata", resource.metadata_url());
+            let params = if had_token {
+                vec![
+                    ("error", "invalid_token"),
+                    metadata,
+                    ("error_description", message.as_str()),
+                ]
+            } else {
+                vec![metadata]
+            };
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, resource::challenge(&params));
+        }
+        response
+    }
+
     fn closed(&self, session: &str) {
         let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
         owners.by_session.remove(session);
@@ -391,16 +552,35 @@ async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Nex
     parts.extensions.remove::<Principal>();
     let principal = match gate.authenticator.authenticate(&parts).await {
         Ok(principal) => principal,
-        Err(refusal) => return refusal.into_response(),
+        Err(refusal) => return gate.refused(refusal, bearer_token(&parts).is_some()),
     };
+    // The token proved who calls; nothing past this point sees it, so no tool can pass it on.
+    parts.headers.remove(header::AUTHORIZATION);
     let session = match parts.headers.get(SESSION_ID) {
         None => None,
         Some(value) => match value.to_str() {
-            Ok(session) if gate.owner(session).as_ref() == Some(&principal) => {
+            Ok(session)
+                if gate
+                    .owner(session)
+                    .is_some_and(|owner| owner.same_caller(&principal)) =>
+            {
                 Some(session.to_string())
             }
             _ => return session_not_found(),
         },
+    };
+    let body = if gate.scopes.is_empty() || parts.method != Method::POST {
+        body
+    } else {
+        // A call of a tool the token may not use is refused here, with the status and
+        // challenge OAuth clients act on; the MCP layer never sees it.
+        let Ok(bytes) = axum::body::to_bytes(body, resource::BODY_LIMIT).await else {
+            return resource::unreadable_body();
+        };
+        if let Some((tool, required)) = gate.scopes.refused_call(&bytes, &principal) {
+            return resource::insufficient_scope(&tool, required, gate.resource.as_ref());
+        }
+        axum::body::Body::from(bytes)
     };
     let closing = parts.method == Method::DELETE;
     parts.extensions.insert(principal.clone());

@@ -53,6 +53,9 @@ pub struct McpServer {
     /// credentials proved, which fixes the tenant and scopes client-named run ids.
     #[cfg(feature = "mcp-http")]
     authenticated: bool,
+    /// Over HTTP: the scopes each tool requires of the request's principal.
+    #[cfg(feature = "mcp-http")]
+    required_scopes: Arc<super::http::RequiredScopes>,
 }
 
 impl McpServer {
@@ -68,13 +71,19 @@ impl McpServer {
             task_after: Some(tasks::DEFAULT_TASK_AFTER),
             #[cfg(feature = "mcp-http")]
             authenticated: false,
+            #[cfg(feature = "mcp-http")]
+            required_scopes: Arc::default(),
         }
     }
 
     /// A server for one HTTP session: the same toolbox and settings, its own session, every
-    /// call's tenant and run scope from the request's principal.
+    /// call's tenant and run scope from the request's principal, each tool listed to and run for
+    /// a principal granted the scopes it requires.
     #[cfg(feature = "mcp-http")]
-    pub(super) fn authenticated_session(&self) -> Self {
+    pub(super) fn authenticated_session(
+        &self,
+        required_scopes: Arc<super::http::RequiredScopes>,
+    ) -> Self {
         McpServer {
             toolbox: self.toolbox.clone(),
             tenant: None,
@@ -84,6 +93,7 @@ impl McpServer {
             session_run_id: Mutex::new(None),
             task_after: self.task_after,
             authenticated: true,
+            required_scopes,
         }
     }
 
@@ -164,6 +174,18 @@ impl McpServer {
         Ok((self.tenant.clone(), self.client_run_ids.clone()))
     }
 
+    /// Whether the request's principal was granted every scope `tool` requires; always over
+    /// stdio.
+    fn may_call(&self, tool: &str, context: &RequestContext<RoleServer>) -> bool {
+        #[cfg(feature = "mcp-http")]
+        if self.authenticated {
+            return principal(context)
+                .is_some_and(|principal| self.required_scopes.missing(tool, principal).is_empty());
+        }
+        let _ = (tool, context);
+        true
+    }
+
     /// Whose tasks a request's calls make and finds: its principal's, or its session's; no
     /// one's on a request with neither, which then gets no task.
     fn task_owner(client_run_ids: &ClientRunIds, session: Option<&str>) -> Option<Owner> {
@@ -213,20 +235,25 @@ fn internal(message: String) -> ErrorData {
     ErrorData::internal_error(message, None)
 }
 
+/// The principal the authentication layer put on an HTTP request; `None` over stdio.
+#[cfg(feature = "mcp-http")]
+fn principal(context: &RequestContext<RoleServer>) -> Option<&super::http::Principal> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::http::Principal>())
+}
+
 /// The tenant and the run-id policy of one call over HTTP, from the principal the
 /// authentication layer put on the request; an error, and nothing runs, without one.
 #[cfg(feature = "mcp-http")]
 fn principal_scope(
     context: &RequestContext<RoleServer>,
 ) -> Result<(Option<String>, ClientRunIds), ErrorData> {
-    let principal = context
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<super::http::Principal>())
-        .ok_or_else(|| {
-            // Only a router assembled without toolkey's authentication layer gets here.
-            ErrorData::invalid_request("the request is not authenticated", None)
-        })?;
+    let principal = principal(context).ok_or_else(|| {
+        // Only a router assembled without toolkey's authentication layer gets here.
+        ErrorData::invalid_request("the request is not authenticated", None)
+    })?;
     Ok((
         Some(principal.tenant().to_string()),
         ClientRunIds::Principal(principal.id().to_string()),
@@ -315,12 +342,13 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let tools = self
             .toolbox
             .definitions()
             .iter()
+            .filter(|def| self.may_call(&def.name, &context))
             .map(|def| serde_json::from_value::<Tool>(def.to_mcp()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| internal(format!("a tool definition is not a valid MCP tool: {e}")))?;
@@ -342,6 +370,16 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (tenant, client_run_ids) = self.call_scope(&context)?;
+        if !self.may_call(&request.name, &context) {
+            // The HTTP layer answers such a call `403` first; this holds behind any other.
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "calling `{}` needs a scope this token does not grant",
+                    request.name
+                ),
+                None,
+            ));
+        }
         let session = self.session_run(&context);
         let meta: &Map<String, Value> = &context.meta;
         // rmcp refuses a task to a client that did not declare the extension on this request
