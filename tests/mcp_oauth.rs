@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{
     bearer_token, ConfigError, McpHttp, Parts, Principal, ProtectedResource, Refusal,
 };
-use toolkey::providers::mcp::oauth::JwtAuthenticator;
+use toolkey::providers::mcp::oauth::{JwtAuthenticator, JwtAuthenticatorBuilder};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
 
 // ---- the outside system and its tools ---------------------------------------------------------
@@ -204,11 +204,17 @@ impl Server {
     /// A resource server for `issuer`'s tokens, `charge` requiring `payments:write`, the JWKS
     /// fetched again for an unknown key after `refetch`.
     async fn start(issuer: &Issuer, refetch: Duration) -> Server {
+        Server::start_with(issuer, |tokens| tokens.jwks_refetch_interval(refetch)).await
+    }
+
+    /// [`Server::start`], the authenticator configured by `configure`.
+    async fn start_with(
+        issuer: &Issuer,
+        configure: impl FnOnce(JwtAuthenticatorBuilder) -> JwtAuthenticatorBuilder,
+    ) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        let tokens = JwtAuthenticator::builder(&issuer.url, &url)
-            .tenant_claim("org")
-            .jwks_refetch_interval(refetch)
+        let tokens = configure(JwtAuthenticator::builder(&issuer.url, &url).tenant_claim("org"))
             .build()
             .expect("a valid authenticator");
         let resource = ProtectedResource::new(&url)
@@ -580,6 +586,55 @@ async fn a_rotated_key_is_picked_up_and_the_refetch_is_rate_limited() {
     assert_eq!(issuer.jwks_fetches(), 3);
     assert_eq!(eager.stop().await.len(), 2);
     assert_eq!(patient.stop().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_key_stops_counting_once_the_kept_keys_are_too_old() {
+    let issuer = Issuer::start().await;
+    let server = Server::start_with(&issuer, |tokens| {
+        tokens
+            .jwks_max_age(Duration::ZERO)
+            .jwks_refetch_interval(Duration::ZERO)
+    })
+    .await;
+    let token = sign(
+        "key-1",
+        "key-1",
+        &issuer.claims(&server.url, "payments:write"),
+    );
+    assert_eq!(call(&server.url, Some(&token), "order-1").await.0, 200);
+    issuer.publish(&["key-2"]);
+    let (status, challenge, _) = call(&server.url, Some(&token), "order-2").await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        challenge,
+        server.invalid_token("the token is signed with a key the issuer does not publish")
+    );
+    assert_eq!(issuer.jwks_fetches(), 2);
+    assert_eq!(server.stop().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_cannot_be_fetched_answer_503_and_nothing_runs() {
+    let issuer = Issuer::start().await;
+    // A port nothing listens on: bound, then let go.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks = format!("http://{}/jwks", closed.local_addr().unwrap());
+    drop(closed);
+    let server = Server::start_with(&issuer, |tokens| tokens.jwks_uri(jwks)).await;
+    let token = sign(
+        "key-1",
+        "key-1",
+        &issuer.claims(&server.url, "payments:write"),
+    );
+    for _ in 0..2 {
+        let (status, challenge, body) = call(&server.url, Some(&token), "order-1").await;
+        assert_eq!((status, challenge.as_str()), (503, ""));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "UNAVAILABLE");
+    }
+    assert_eq!(issuer.jwks_fetches(), 0);
+    assert_eq!(server.stop().await.len(), 0);
 }
 
 /// Alice may charge, Bob may only read: scopes from an authenticator of the user's own.

@@ -314,13 +314,19 @@ impl Inner {
     /// lack `kid` and may be fetched again.
     async fn keys_with(&self, kid: Option<&str>) -> Result<Arc<Keys>, Refusal> {
         let kept = self.kept();
-        if let Some(keys) = &kept {
-            let fresh = keys.fetched.elapsed() < self.settings.max_age;
-            if fresh && keys.find(kid).is_some() {
+        if let Some(keys) = kept.as_ref().filter(|keys| keys.find(kid).is_some()) {
+            if keys.fetched.elapsed() < self.settings.max_age {
                 return Ok(keys.clone());
             }
+            // Too old, and still holding the key: while another request fetches them again,
+            // they serve, so a slow issuer does not hold up every request.
+            let Ok(fetches) = self.refresh.try_lock() else {
+                return Ok(keys.clone());
+            };
+            return self.refresh(fetches, Some(keys.fetched)).await;
         }
-        self.refresh(kept.map(|keys| keys.fetched)).await
+        let fetches = self.refresh.lock().await;
+        self.refresh(fetches, kept.map(|keys| keys.fetched)).await
     }
 
     fn kept(&self) -> Option<Arc<Keys>> {
@@ -330,11 +336,15 @@ impl Inner {
             .clone()
     }
 
-    /// Fetches the keys again, unless another request did since `seen` was fetched, or the
-    /// last fetch was within the refetch interval: then the keys kept. The keys kept too when
-    /// the issuer does not answer; a `503` when there are none.
-    async fn refresh(&self, seen: Option<Instant>) -> Result<Arc<Keys>, Refusal> {
-        let mut fetches = self.refresh.lock().await;
+    /// Fetches the keys again (`fetches` held, so one request at a time does), unless another
+    /// request did since `seen` was fetched, or the last fetch was within the refetch interval:
+    /// then the keys kept. The keys kept too when the issuer does not answer; a `503` when there
+    /// are none.
+    async fn refresh(
+        &self,
+        mut fetches: tokio::sync::MutexGuard<'_, Fetches>,
+        seen: Option<Instant>,
+    ) -> Result<Arc<Keys>, Refusal> {
         let kept = self.kept();
         if let Some(keys) = &kept {
             if Some(keys.fetched) != seen {
