@@ -76,7 +76,8 @@ impl ProtectedResource {
     }
 
     /// An authorization server (its issuer identifier, `https://auth.example.com`) whose
-    /// tokens the endpoint accepts; clients discover it in the metadata.
+    /// tokens the endpoint accepts; clients discover it in the metadata, and MCP clients need
+    /// at least one.
     pub fn with_authorization_server(mut self, issuer: impl Into<String>) -> Self {
         self.authorization_servers.push(issuer.into());
         self
