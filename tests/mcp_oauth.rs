@@ -68,6 +68,19 @@ async fn count_charges(ledger: State<Ledger>) -> Result<usize, ToolError> {
     Ok(ledger.charges.lock().unwrap().len())
 }
 
+/// Refund an order's charge.
+#[tool(idempotent(key = "refund:<order>", status = "refund_status"))]
+async fn refund(
+    ledger: State<Ledger>,
+    /// The order to refund.
+    order: String,
+) -> Result<Payment, ToolError> {
+    let mut charges = ledger.charges.lock().unwrap();
+    let at = charges.iter().position(|payment| payment.order == order);
+    let refunded = at.map(|at| charges.remove(at));
+    refunded.ok_or_else(|| ToolError::new("NOT_CHARGED", "no charge of this order to refund"))
+}
+
 fn toolbox(ledger: &Arc<Ledger>) -> Toolbox {
     Toolbox::builder()
         .shared_state(ledger.clone())
@@ -684,6 +697,72 @@ async fn an_authenticator_of_the_users_own_grants_scopes_too() {
     assert_eq!(result["isError"], false, "{result}");
     alice.cancel().await.unwrap();
     assert_eq!(server.stop().await.len(), 1);
+}
+
+/// A `refund_status` call of order-1 by `client`: its answer on the wire, or the client's error.
+async fn refund_status(client: &Client) -> Result<Value, String> {
+    let params = CallToolRequestParams::new("refund_status")
+        .with_arguments(json!({"order": "order-1"}).as_object().unwrap().clone());
+    match client.call_tool(params).await {
+        Ok(result) => Ok(serde_json::to_value(result).unwrap()),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_companion_requires_its_tools_scopes_unless_given_its_own() {
+    let ledger = Arc::new(Ledger::default());
+    let toolbox = || {
+        Toolbox::builder()
+            .shared_state(ledger.clone())
+            .tool(Charge)
+            .tool(Refund)
+            .build()
+            .expect("a valid toolbox")
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    // `refund_status` tells what `refund` did and returned: it is refund's to see.
+    let mcp = McpHttp::new(toolbox(), own_authenticator)
+        .require_scopes("refund", ["payments:write"])
+        .unwrap();
+    let inherited = Server::serve(listener, url, String::new(), ledger.clone(), mcp);
+    let bob = rmcp_client(&inherited.url, "bob-token").await;
+    assert_eq!(tool_names(&bob).await, ["charge"]);
+    let refused = refund_status(&bob).await;
+    assert!(refused.is_err(), "{refused:?}");
+    bob.cancel().await.unwrap();
+    let alice = rmcp_client(&inherited.url, "alice-token").await;
+    assert_eq!(
+        tool_names(&alice).await,
+        ["charge", "refund_status", "refund"]
+    );
+    let answer = refund_status(&alice).await.unwrap();
+    assert_eq!(
+        answer["structuredContent"]["status"], "not_found",
+        "{answer}"
+    );
+    alice.cancel().await.unwrap();
+    inherited.stop().await;
+
+    // Given scopes of its own, the companion requires those.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let mcp = McpHttp::new(toolbox(), own_authenticator)
+        .require_scopes("refund", ["payments:write"])
+        .unwrap()
+        .require_scopes("refund_status", ["payments:read"])
+        .unwrap();
+    let own = Server::serve(listener, url, String::new(), ledger, mcp);
+    let bob = rmcp_client(&own.url, "bob-token").await;
+    assert_eq!(tool_names(&bob).await, ["charge", "refund_status"]);
+    let answer = refund_status(&bob).await.unwrap();
+    assert_eq!(
+        answer["structuredContent"]["status"], "not_found",
+        "{answer}"
+    );
+    bob.cancel().await.unwrap();
+    assert_eq!(own.stop().await.len(), 0);
 }
 
 #[test]

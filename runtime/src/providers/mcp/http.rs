@@ -324,6 +324,9 @@ impl McpHttp {
     /// `tools/list`, and its call is answered `403 Forbidden` with
     /// `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, before anything runs.
     ///
+    /// The tool's status companion, which answers what the tool did and returned, requires the
+    /// same scopes unless it is given scopes of its own here (as `invoice_status` below).
+    ///
     /// An error when the toolbox has no tool `tool`, or a scope is not an OAuth scope (empty,
     /// or with a space, `"`, `\` or a character outside printable ASCII).
     ///
@@ -341,8 +344,11 @@ impl McpHttp {
         tool: &str,
         scopes: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<Self, ConfigError> {
-        if self.server.toolbox().definition(tool).is_none() {
+        let Some(def) = self.server.toolbox().definition(tool) else {
             return Err(ConfigError::UnknownTool(tool.to_string()));
+        };
+        if let Some(companion) = def.status_tool() {
+            self.required_scopes.companion(companion, tool);
         }
         self.required_scopes.add(tool, scopes)?;
         Ok(self)

@@ -174,9 +174,15 @@ pub enum ConfigError {
     HttpClient(String),
 }
 
-/// The scopes each tool requires; a tool not named requires none.
+/// The scopes each tool requires; a tool not named requires none, unless it is the status
+/// companion of one that does.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RequiredScopes(HashMap<String, Vec<String>>);
+pub(crate) struct RequiredScopes {
+    named: HashMap<String, Vec<String>>,
+    /// Status companions, each with the tool it tells about: a companion given no scopes of
+    /// its own requires that tool's, since it answers what the tool did and returned.
+    companions: HashMap<String, String>,
+}
 
 impl RequiredScopes {
     /// Requires `scopes` of `tool`'s callers, beside those already required.
@@ -189,7 +195,7 @@ impl RequiredScopes {
         if let Some(bad) = scopes.iter().find(|scope| !is_scope(scope)) {
             return Err(ConfigError::InvalidScope(bad.clone()));
         }
-        let required = self.0.entry(tool.to_string()).or_default();
+        let required = self.named.entry(tool.to_string()).or_default();
         for scope in scopes {
             if !required.contains(&scope) {
                 required.push(scope);
@@ -198,17 +204,30 @@ impl RequiredScopes {
         Ok(())
     }
 
+    /// `companion` tells about `tool`: without scopes of its own, it requires `tool`'s.
+    pub(super) fn companion(&mut self, companion: &str, tool: &str) {
+        self.companions
+            .insert(companion.to_string(), tool.to_string());
+    }
+
     pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.named.is_empty()
     }
 
     fn all(&self) -> impl Iterator<Item = &str> {
-        self.0.values().flatten().map(String::as_str)
+        self.named.values().flatten().map(String::as_str)
+    }
+
+    /// What `tool` requires: its own scopes, or those of the tool it is the companion of.
+    fn of(&self, tool: &str) -> Option<&[String]> {
+        let own = self.named.get(tool);
+        let told = || self.named.get(self.companions.get(tool)?);
+        own.or_else(told).map(Vec::as_slice)
     }
 
     /// The scopes `tool` requires that `principal` was not granted; empty when it may call it.
     pub(crate) fn missing(&self, tool: &str, principal: &Principal) -> Vec<&str> {
-        self.0.get(tool).map_or_else(Vec::new, |required| {
+        self.of(tool).map_or_else(Vec::new, |required| {
             required
                 .iter()
                 .filter(|scope| !principal.has_scope(scope))
@@ -235,8 +254,8 @@ impl RequiredScopes {
                 return None;
             }
             let tool = message.pointer("/params/name").and_then(Value::as_str)?;
-            let required = self.0.get(tool)?;
-            (!self.missing(tool, principal).is_empty()).then(|| (tool.to_string(), &required[..]))
+            let required = self.of(tool)?;
+            (!self.missing(tool, principal).is_empty()).then(|| (tool.to_string(), required))
         })
     }
 }
