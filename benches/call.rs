@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
-use toolkey::store::{MemoryStore, Store};
+use toolkey::store::{MemoryStore, Reservations};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
 use toolkey_tests::rounds::*;
 

@@ -78,7 +78,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use redis::Script;
 use serde_json::json;
 use toolkey::store::{
-    CachedStore, Outcome, RecordKey, RedisStore, Reservation, SqliteStore, Store, Token,
+    CachedStore, Outcome, RecordKey, RedisStore, Reservation, Reservations, SqliteStore, Store,
+    Token,
 };
 use toolkey::Fingerprint;
 use toolkey_tests::direct::*;

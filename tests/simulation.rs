@@ -49,8 +49,8 @@ use tokio::sync::watch;
 use toolkey::admin::{Admin, Resolved};
 use toolkey::store::faults::{FaultyStore, Plan};
 use toolkey::store::{
-    Clock, Entry, EntryState, Filter, MemoryStore, Outcome, Record, RecordKey, Reservation,
-    Resolution, Store, StoreError, Token,
+    Clock, Entry, EntryState, FailureCounters, Filter, MemoryStore, OperatorCommands, Outcome,
+    Record, RecordKey, Reservation, Reservations, Resolution, Store, StoreError, Token,
 };
 use toolkey::{tool, ErrorCode, Fingerprint, RetryLimit, State, ToolContext, ToolError, Toolbox};
 use toolkey_tests::servers;
@@ -648,7 +648,7 @@ impl WorkerStore {
 }
 
 #[async_trait]
-impl Store for WorkerStore {
+impl Reservations for WorkerStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -750,14 +750,20 @@ impl Store for WorkerStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.call(self.store.get(key)).await
     }
+}
+
+#[async_trait]
+impl OperatorCommands for WorkerStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.call(self.store.purge_expired(limit)).await
     }
     async fn now(&self) -> Result<SystemTime, StoreError> {
         self.call(self.store.now()).await
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for WorkerStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         self.write(self.store.count_failure(key, window)).await
     }

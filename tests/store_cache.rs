@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolkey::store::{
-    CachedStore, ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Store, Token,
+    CachedStore, ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation, Reservations,
+    Store, Token,
 };
 use toolkey::Fingerprint;
 use toolkey_tests::conformance;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolkey::store::{
-    Outcome, PostgresStore, Record, RecordKey, Reservation, Store, StoreError, Token,
+    Outcome, PostgresStore, Record, RecordKey, Reservation, Reservations, StoreError, Token,
 };
 use toolkey::Fingerprint;
 use toolkey_tests::{conformance, servers};

@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard};
 use toolkey::store::{
-    Cursor, Filter, Outcome, RecordKey, RedisStore, Reservation, Store, StoreError, Token,
+    Cursor, Filter, OperatorCommands, Outcome, RecordKey, RedisStore, Reservation, Reservations,
+    StoreError, Token,
 };
 use toolkey::Fingerprint;
 use toolkey_tests::{conformance, servers};

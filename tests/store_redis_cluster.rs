@@ -22,7 +22,8 @@ use redis::cluster_async::ClusterConnection;
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard};
 use toolkey::store::{
-    Cursor, Filter, Outcome, Record, RecordKey, RedisStore, Reservation, Store, StoreError, Token,
+    Cursor, FailureCounters, Filter, OperatorCommands, Outcome, Record, RecordKey, RedisStore,
+    Reservation, Reservations, StoreError, Token,
 };
 use toolkey::Fingerprint;
 use toolkey_tests::{conformance, servers};

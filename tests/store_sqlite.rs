@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use toolkey::store::{ManualClock, Record, RecordKey, Reservation, SqliteStore, Store};
+use toolkey::store::{ManualClock, Record, RecordKey, Reservation, Reservations, SqliteStore};
 use toolkey::Fingerprint;
 use toolkey_tests::{child, conformance};
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
-use toolkey::store::{RecordKey, Reservation, SqliteStore, Store, Token};
+use toolkey::store::{RecordKey, Reservation, Reservations, SqliteStore, Token};
 use toolkey::Fingerprint;
 use toolkey_cli::Exit;
 

@@ -61,7 +61,7 @@ impl CountingStore {
 }
 
 #[async_trait]
-impl Store for CountingStore {
+impl Reservations for CountingStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -114,7 +114,10 @@ impl Store for CountingStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read().get(key).await
     }
+}
 
+#[async_trait]
+impl OperatorCommands for CountingStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.write().purge_expired(limit).await
     }
@@ -123,8 +126,10 @@ impl Store for CountingStore {
         let store = self.inner.lock().unwrap().clone();
         store.now().await
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for CountingStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         self.write().count_failure(key, window).await
     }

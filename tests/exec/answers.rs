@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolkey::store::{ManualClock, MemoryStore, RecordKey, Reservation, Store, Token};
+use toolkey::store::{ManualClock, MemoryStore, RecordKey, Reservation, Reservations, Token};
 use toolkey::{tool, BuildError, ErrorCode, State, Tool, ToolError, Toolbox};
 
 use super::ctx;

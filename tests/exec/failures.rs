@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use toolkey::store::{
-    MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
+    FailureCounters, MemoryStore, OperatorCommands, Outcome, Record, RecordKey, Reservation,
+    Reservations, StoreError, Token,
 };
 use toolkey::{ErrorCode, Fingerprint, Toolbox};
 use toolkey_tests::billing;
@@ -60,7 +61,7 @@ async fn a_panic_outside_the_body_is_an_unknown_outcome_never_a_second_run() {
 struct Down;
 
 #[async_trait]
-impl Store for Down {
+impl Reservations for Down {
     async fn reserve(
         &self,
         _: &RecordKey,
@@ -100,14 +101,20 @@ impl Store for Down {
     async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
+}
+
+#[async_trait]
+impl OperatorCommands for Down {
     async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
     async fn now(&self) -> Result<std::time::SystemTime, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for Down {
     async fn count_failure(&self, _: &RecordKey, _: Duration) -> Result<u64, StoreError> {
         Err(StoreError::Unavailable("connection refused".into()))
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use toolkey::store::{ManualClock, MemoryStore, Record, RecordKey, Reservation, Store};
+use toolkey::store::{ManualClock, MemoryStore, Record, RecordKey, Reservation, Reservations};
 use toolkey::{tool, ErrorCode, State, Tool, ToolContext, ToolError, Toolbox};
 
 use super::ctx;

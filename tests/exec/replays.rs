@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolkey::store::{ManualClock, MemoryStore, Record, RecordKey, Store, Token};
+use toolkey::store::{ManualClock, MemoryStore, Record, RecordKey, Reservations, Store, Token};
 use toolkey::{tool, ErrorCode, State, Tool, ToolContext, ToolError, Toolbox};
 
 use super::ctx;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
-use toolkey::store::{ManualClock, MemoryStore, Store};
+use toolkey::store::{FailureCounters, ManualClock, MemoryStore, Reservations};
 use toolkey::{tool, ErrorCode, RetryLimit, State, Tool, ToolError, ToolboxBuilder};
 
 use super::{builder, charge_args, ctx, server_store, storm, Gateway, ScriptedModel};

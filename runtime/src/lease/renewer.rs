@@ -480,7 +480,7 @@ mod tests {
     use super::*;
     use crate::lease::{drive, Renewal};
     use crate::store::faults::{Fault, FaultyStore, Op, Plan};
-    use crate::store::{MemoryStore, Reservation};
+    use crate::store::{MemoryStore, Reservation, Reservations};
     use crate::Fingerprint;
     use std::sync::atomic::AtomicUsize;
 

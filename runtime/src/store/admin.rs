@@ -71,7 +71,8 @@ impl FromStr for EntryState {
     }
 }
 
-/// One record, as [`Store::list`](super::Store::list) reads it for an operator.
+/// One record, as [`OperatorCommands::list`](super::OperatorCommands::list) reads it for an
+/// operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// The record's tenant and key.
@@ -97,13 +98,15 @@ pub struct Entry {
     /// The stored result or terminal error of a finished call.
     pub outcome: Option<Outcome>,
     /// The record's revision: the token of the reservation that wrote it last. It changes when
-    /// anyone takes the record over, so [`Store::resolve`](super::Store::resolve) names it to
-    /// refuse a record that changed since it was read.
+    /// anyone takes the record over, so
+    /// [`OperatorCommands::resolve`](super::OperatorCommands::resolve) names it to refuse a
+    /// record that changed since it was read.
     pub revision: Token,
 }
 
-/// Which records [`Store::list`](super::Store::list) returns. Every field left `None` admits
-/// every record; expired records are never listed (they are absent to every call).
+/// Which records [`OperatorCommands::list`](super::OperatorCommands::list) returns. Every field
+/// left `None` admits every record; expired records are never listed (they are absent to every
+/// call).
 ///
 /// ```
 /// use std::time::Duration;

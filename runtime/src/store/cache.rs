@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::{
-    Clock, Cursor, Filter, Outcome, Page, Record, RecordKey, RecordKeyRef, Reservation, Resolution,
-    Store, StoreError, SystemClock, Token,
+    forward, Clock, FailureCounters, OperatorCommands, Outcome, Record, RecordKey, RecordKeyRef,
+    Reservation, Reservations, Store, StoreError, SystemClock, Token,
 };
 use crate::Fingerprint;
 
@@ -55,7 +55,7 @@ impl quick_cache::Weighter<RecordKey, Cached> for ByBytes {
 ///
 /// Only completed records are cached, and a completed record never changes until it expires:
 /// every fenced write (`complete`, `release`, `renew`, `mark_unknown`) needs an in-progress
-/// record, `take_over` and an operator's [`Store::resolve`] need an unknown one, and
+/// record, `take_over` and an operator's [`OperatorCommands::resolve`] need an unknown one, and
 /// `purge_expired` deletes only expired ones. The one event that ends a completed record is its
 /// expiry, after which a call with the same key is a new action; the cache stops serving an entry
 /// `max_skew` before the expiry the store reported, judged by this process's clock, so a clock
@@ -218,7 +218,7 @@ impl<S: Store> CachedStore<S> {
 }
 
 #[async_trait]
-impl<S: Store> Store for CachedStore<S> {
+impl<S: Store> Reservations for CachedStore<S> {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -309,43 +309,13 @@ impl<S: Store> Store for CachedStore<S> {
         }
         Ok(record)
     }
+}
 
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(limit).await
-    }
+impl<S: Store> OperatorCommands for CachedStore<S> {
+    forward!(OperatorCommands to inner);
+}
 
-    async fn now(&self) -> Result<SystemTime, StoreError> {
-        self.inner.now().await
-    }
-
-    async fn list(
-        &self,
-        filter: &Filter,
-        cursor: Option<&Cursor>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.inner.list(filter, cursor, limit).await
-    }
-
-    async fn resolve(
-        &self,
-        key: &RecordKey,
-        seen: &Token,
-        resolution: &Resolution,
-    ) -> Result<bool, StoreError> {
-        self.inner.resolve(key, seen, resolution).await
-    }
-
-    // Retry limits: counters change with every failure, so they are never cached.
-    async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
-        self.inner.count_failure(key, window).await
-    }
-
-    async fn failures(&self, key: &RecordKey) -> Result<u64, StoreError> {
-        self.inner.failures(key).await
-    }
-
-    async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {
-        self.inner.clear_failures(key).await
-    }
+// Retry limits: counters change with every failure, so they are never cached.
+impl<S: Store> FailureCounters for CachedStore<S> {
+    forward!(FailureCounters to inner);
 }

@@ -12,7 +12,7 @@
 //! ```
 //! use std::time::Duration;
 //! use toolkey::store::faults::{Fault, FaultyStore, Op, Plan};
-//! use toolkey::store::{MemoryStore, RecordKey, Reservation, Store, StoreError, Token};
+//! use toolkey::store::{MemoryStore, RecordKey, Reservation, Reservations, StoreError, Token};
 //! use toolkey::Fingerprint;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -50,8 +50,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::{
-    Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation, Resolution, Store, StoreError,
-    Token,
+    Cursor, FailureCounters, Filter, OperatorCommands, Outcome, Page, Record, RecordKey,
+    Reservation, Reservations, Resolution, Store, StoreError, Token,
 };
 use crate::Fingerprint;
 
@@ -59,33 +59,33 @@ use crate::Fingerprint;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Op {
-    /// [`Store::reserve`].
+    /// [`Reservations::reserve`].
     Reserve,
-    /// [`Store::complete`].
+    /// [`Reservations::complete`].
     Complete,
-    /// [`Store::release`].
+    /// [`Reservations::release`].
     Release,
-    /// [`Store::renew`].
+    /// [`Reservations::renew`].
     Renew,
-    /// [`Store::mark_unknown`].
+    /// [`Reservations::mark_unknown`].
     MarkUnknown,
-    /// [`Store::take_over`].
+    /// [`Reservations::take_over`].
     TakeOver,
-    /// [`Store::get`].
+    /// [`Reservations::get`].
     Get,
-    /// [`Store::purge_expired`].
+    /// [`OperatorCommands::purge_expired`].
     PurgeExpired,
-    /// [`Store::now`].
+    /// [`OperatorCommands::now`].
     Now,
-    /// [`Store::list`].
+    /// [`OperatorCommands::list`].
     List,
-    /// [`Store::resolve`].
+    /// [`OperatorCommands::resolve`].
     Resolve,
-    /// [`Store::count_failure`].
+    /// [`FailureCounters::count_failure`].
     CountFailure,
-    /// [`Store::failures`].
+    /// [`FailureCounters::failures`].
     Failures,
-    /// [`Store::clear_failures`].
+    /// [`FailureCounters::clear_failures`].
     ClearFailures,
 }
 
@@ -372,7 +372,7 @@ fn lost(op: Op, when: &str) -> StoreError {
 }
 
 #[async_trait]
-impl<S: Store> Store for FaultyStore<S> {
+impl<S: Store> Reservations for FaultyStore<S> {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -428,6 +428,10 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.run(Op::Get, self.inner.get(key)).await
     }
+}
+
+#[async_trait]
+impl<S: Store> OperatorCommands for FaultyStore<S> {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.run(Op::PurgeExpired, self.inner.purge_expired(limit))
             .await
@@ -453,8 +457,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.run(Op::Resolve, self.inner.resolve(key, seen, resolution))
             .await
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl<S: Store> FailureCounters for FaultyStore<S> {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         self.run(Op::CountFailure, self.inner.count_failure(key, window))
             .await

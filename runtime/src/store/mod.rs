@@ -34,6 +34,7 @@ pub mod conformance;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod faults;
+mod forward;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -43,6 +44,8 @@ mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+#[doc(inline)]
+pub use crate::__store_forward as forward;
 pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution, Unreadable};
 pub use cache::CachedStore;
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
@@ -84,7 +87,7 @@ impl RecordKey {
 }
 
 /// A [`RecordKey`] borrowed from wherever its tenant and key are held, for a lookup that should
-/// not copy them ([`Store::completed_here`]: a replay answered from memory builds no key).
+/// not copy them ([`Reservations::completed_here`]: a replay answered from memory builds no key).
 ///
 /// It hashes as the [`RecordKey`] it names does.
 ///
@@ -305,7 +308,7 @@ pub enum Record {
     /// The key's holder let its lease lapse (it crashed or hangs), or its body said it could not
     /// tell whether it acted. Nobody knows the outcome.
     Stale {
-        /// The token to name in [`Store::take_over`].
+        /// The token to name in [`Reservations::take_over`].
         token: Token,
         /// The fingerprint of the call that held the key.
         fingerprint: Fingerprint,
@@ -338,7 +341,7 @@ impl Record {
     }
 }
 
-/// The answer to [`Store::reserve`].
+/// The answer to [`Reservations::reserve`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reservation {
     /// The key was free (or its record had expired): the caller holds it, under the token it
@@ -347,8 +350,8 @@ pub enum Reservation {
         /// The token the caller passed, under which it now holds the key.
         token: Token,
         /// The failures counted for this key in a retry limit's window that has not ended (as
-        /// [`Store::failures`] answers), read in the same step as the reservation: a call under
-        /// a retry limit learns whether it may run without another round trip.
+        /// [`FailureCounters::failures`] answers), read in the same step as the reservation: a
+        /// call under a retry limit learns whether it may run without another round trip.
         failures: u64,
     },
     /// The key was taken; this is its record.
@@ -416,7 +419,20 @@ impl StoreError {
     }
 }
 
-/// Where keys are reserved and outcomes recorded.
+/// Where keys are reserved and outcomes recorded: a store in all three of its roles.
+///
+/// A store plays three roles, each a trait of its own, split by who uses it:
+///
+/// - [`Reservations`], the call path: every keyed call reserves, completes, releases, renews,
+///   marks unknown, takes over and reads records through it.
+/// - [`OperatorCommands`]: what an operator (through [`Admin`](crate::admin::Admin) and the
+///   `toolkey` command) lists, resolves and purges, and the store's clock they judge by.
+/// - [`FailureCounters`]: the counters retry limits keep beside the records.
+///
+/// `Store` is every type that implements the three, and what a toolbox holds
+/// (`Arc<dyn Store>`): implement the roles, never `Store` itself. A wrapper implements by hand
+/// only the roles it changes, and hands the others on with [`forward!`](crate::store::forward):
+/// [`CachedStore`] changes the call path alone.
 ///
 /// # What an implementation must guarantee
 ///
@@ -451,8 +467,15 @@ impl StoreError {
 ///   in the same step as it reserves, so a first run costs no extra round trip for it.
 ///
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
+pub trait Store: Reservations + OperatorCommands + FailureCounters {}
+
+impl<S: Reservations + OperatorCommands + FailureCounters + ?Sized> Store for S {}
+
+/// A store's call path: what every keyed call does with its record, from reserving the key to
+/// settling it. One of the three roles of a [`Store`], whose docs say what every implementation
+/// must guarantee.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Reservations: Send + Sync + 'static {
     /// Reserves `key` for a call of `tool` with `fingerprint` under `token`, holding it for
     /// `lease`; or returns the existing record. A completed record past its retention counts as
     /// absent and is replaced.
@@ -525,7 +548,13 @@ pub trait Store: Send + Sync + 'static {
         let _ = key;
         None
     }
+}
 
+/// A store's operator commands: listing records, resolving those nobody knows the outcome of,
+/// purging expired ones, and the clock they are judged by. Calls never use them. One of the
+/// three roles of a [`Store`].
+#[async_trait]
+pub trait OperatorCommands: Send + Sync + 'static {
     /// Deletes at most `limit` completed records past their retention; returns how many. Call
     /// it again while it returns `limit`: small batches keep every call's answer quick while it
     /// runs.
@@ -537,8 +566,8 @@ pub trait Store: Send + Sync + 'static {
     /// One page of the records `filter` admits, after `cursor` (from the start when `None`),
     /// looking at about `limit` records. Operators' listings; calls never use it.
     ///
-    /// The default refuses with [`StoreError::Config`], so a store written before listings
-    /// existed still compiles; every store in this crate lists.
+    /// The default refuses with [`StoreError::Config`], for a store that keeps no listing;
+    /// every store in this crate lists.
     async fn list(
         &self,
         filter: &Filter,
@@ -563,7 +592,7 @@ pub trait Store: Send + Sync + 'static {
     /// as it would have without the operator, so the next call replays what it did instead of
     /// doing it again. Purging leaves such a record alone; the next reserve replaces it.
     ///
-    /// The default refuses with [`StoreError::Config`], like [`Store::list`].
+    /// The default refuses with [`StoreError::Config`], like [`OperatorCommands::list`].
     async fn resolve(
         &self,
         key: &RecordKey,
@@ -575,9 +604,12 @@ pub trait Store: Send + Sync + 'static {
             "this store does not resolve records for operators".into(),
         ))
     }
+}
 
-    // Retry limits: failure counters kept beside the records, never touching one.
-
+/// A store's failure counters, for retry limits: kept beside the records, never touching one.
+/// One of the three roles of a [`Store`].
+#[async_trait]
+pub trait FailureCounters: Send + Sync + 'static {
     /// Counts one retryable failure of the call `key` names, and returns how many were counted
     /// in the current window, this one included. The first failure opens a window of `window`;
     /// later failures within it add to the count without moving its end; once it ended, the
@@ -613,64 +645,20 @@ pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// What a forwarded store operation answers: the shared store's own boxed future.
-type Forwarded<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// The methods of a store shared behind an `Arc`, each handing on the future of the store
-/// itself: written as `async fn`s, each would box that (already boxed) future again, an
-/// allocation more per operation for every caller that holds its store in an `Arc`.
-macro_rules! forward {
-    ($(
-        fn $name:ident<$($l:lifetime),*>(&$s:lifetime self $(, $arg:ident: $ty:ty)*) -> $out:ty;
-    )*) => {$(
-        fn $name<$s, $($l,)* 'async_trait>(
-            &$s self $(, $arg: $ty)*
-        ) -> Forwarded<'async_trait, $out>
-        where
-            $s: 'async_trait,
-            $($l: 'async_trait,)*
-            Self: 'async_trait,
-        {
-            (**self).$name($($arg),*)
-        }
-    )*};
+/// A shared store is a store: the same records through every handle. Each operation hands on
+/// the future of the store itself: written as `async fn`s, each would box that (already boxed)
+/// future again, an allocation more per operation for every caller that holds its store in an
+/// `Arc`.
+impl<S: Reservations + ?Sized> Reservations for Arc<S> {
+    forward!(Reservations, |shared| &**shared);
 }
 
-/// A shared store is a store: the same records through every handle.
-impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    forward! {
-        fn reserve<'k, 't, 'f, 'o>(
-            &'s self, key: &'k RecordKey, tool: &'t str, fingerprint: &'f Fingerprint,
-            token: &'o Token, lease: Duration
-        ) -> Reservation;
-        fn complete<'k, 'o, 'r>(
-            &'s self, key: &'k RecordKey, token: &'o Token, outcome: &'r Outcome, retain: Duration
-        ) -> bool;
-        fn release<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token) -> bool;
-        fn renew<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token, lease: Duration) -> bool;
-        fn mark_unknown<'k, 'o>(&'s self, key: &'k RecordKey, token: &'o Token) -> bool;
-        fn take_over<'k, 'o>(
-            &'s self, key: &'k RecordKey, stale: &'o Token, lease: Duration
-        ) -> Option<Token>;
-        fn get<'k>(&'s self, key: &'k RecordKey) -> Option<Record>;
-        fn purge_expired<>(&'s self, limit: usize) -> u64;
-        fn now<>(&'s self) -> SystemTime;
-        fn list<'f, 'c>(
-            &'s self, filter: &'f Filter, cursor: Option<&'c Cursor>, limit: usize
-        ) -> Page;
-        fn resolve<'k, 'o, 'r>(
-            &'s self, key: &'k RecordKey, seen: &'o Token, resolution: &'r Resolution
-        ) -> bool;
-        // Retry limits.
-        fn count_failure<'k>(&'s self, key: &'k RecordKey, window: Duration) -> u64;
-        fn failures<'k>(&'s self, key: &'k RecordKey) -> u64;
-        fn clear_failures<'k>(&'s self, key: &'k RecordKey) -> ();
-    }
+impl<S: OperatorCommands + ?Sized> OperatorCommands for Arc<S> {
+    forward!(OperatorCommands, |shared| &**shared);
+}
 
-    fn completed_here(&self, key: RecordKeyRef<'_>) -> Option<Record> {
-        (**self).completed_here(key)
-    }
+impl<S: FailureCounters + ?Sized> FailureCounters for Arc<S> {
+    forward!(FailureCounters, |shared| &**shared);
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use tokio_postgres::NoTls;
 
 use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, NOT_DONE, UNKNOWN};
 use super::{
-    from_millis, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey, Reservation,
-    Resolution, Store, StoreError, Token,
+    from_millis, Cursor, EntryState, FailureCounters, Filter, OperatorCommands, Outcome, Page,
+    Record, RecordKey, Reservation, Reservations, Resolution, StoreError, Token,
 };
 use crate::Fingerprint;
 
@@ -779,7 +779,7 @@ impl Sql {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
+impl Reservations for PostgresStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -912,7 +912,10 @@ impl Store for PostgresStore {
             _ => Ok(None),
         }
     }
+}
 
+#[async_trait]
+impl OperatorCommands for PostgresStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.execute(&self.sql.purge, &[&limit]).await
@@ -1012,8 +1015,10 @@ impl Store for PostgresStore {
             .await?;
         Ok(from_millis(ms))
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for PostgresStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         let window = span_ms(window);
         let row = self

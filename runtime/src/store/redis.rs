@@ -18,22 +18,22 @@ use redis::{
 
 use super::row::{span_ms, StoredRecord};
 use super::{
-    from_millis, Cursor, Filter, Outcome, Page, Record, RecordKey, Reservation, Resolution, Store,
-    StoreError, Token,
+    from_millis, Cursor, FailureCounters, Filter, OperatorCommands, Outcome, Page, Record,
+    RecordKey, Reservation, Reservations, Resolution, StoreError, Token,
 };
 use crate::Fingerprint;
 
 /// How long a completed record stays in Redis after its retention: the TTL only frees memory,
 /// expiry itself is checked against `expires_at` at read time. The margin lets
-/// [`Store::purge_expired`] find what expired recently, and keeps a record whose TTL the server
-/// judges a little early from vanishing before it is expired by `expires_at`.
+/// [`OperatorCommands::purge_expired`] find what expired recently, and keeps a record whose TTL
+/// the server judges a little early from vanishing before it is expired by `expires_at`.
 const TTL_MARGIN: Duration = Duration::from_secs(60);
 
-/// How many slots one `SCAN` step of [`Store::purge_expired`] visits, and the most one step of
-/// [`Store::list`] widens to.
+/// How many slots one `SCAN` step of [`OperatorCommands::purge_expired`] visits, and the most
+/// one step of [`OperatorCommands::list`] widens to.
 const SCAN_COUNT: usize = 500;
 
-/// The most `SCAN` steps one page of [`Store::list`] takes looking for records.
+/// The most `SCAN` steps one page of [`OperatorCommands::list`] takes looking for records.
 const SCAN_STEPS_PER_PAGE: usize = 64;
 
 /// The schema version this build writes, kept in the key `<prefix>.version`. Version 1 (no such
@@ -1235,7 +1235,7 @@ fn glob_escape(text: &str) -> String {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl Reservations for RedisStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -1334,7 +1334,10 @@ impl Store for RedisStore {
             _ => Ok(None),
         }
     }
+}
 
+#[async_trait]
+impl OperatorCommands for RedisStore {
     /// Completed records leave Redis by their TTL soon after they expire; this deletes those
     /// still there, walking the prefix's keys with `SCAN` (on a cluster, on every shard's
     /// primary in turn) until it deleted `limit` or saw every key. Each call starts a new walk,
@@ -1479,8 +1482,11 @@ impl Store for RedisStore {
             .map_err(unavailable)?;
         Ok(from_millis(secs * 1000 + micros / 1000))
     }
+}
 
-    // Retry limits: one counter key per record key, with a TTL of its window.
+// One counter key per record key, with a TTL of its window.
+#[async_trait]
+impl FailureCounters for RedisStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         let failures: i64 = COUNT_FAILURE
             .key(self.failures_key(key))

@@ -11,8 +11,9 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::row::{span_ms, StoredRecord, COMPLETED, IN_PROGRESS, NOT_DONE, UNKNOWN};
 use super::{
-    from_millis, to_millis, Clock, Cursor, EntryState, Filter, Outcome, Page, Record, RecordKey,
-    Reservation, Resolution, Store, StoreError, SystemClock, Token,
+    from_millis, to_millis, Clock, Cursor, EntryState, FailureCounters, Filter, OperatorCommands,
+    Outcome, Page, Record, RecordKey, Reservation, Reservations, Resolution, StoreError,
+    SystemClock, Token,
 };
 use crate::Fingerprint;
 
@@ -1007,7 +1008,7 @@ fn fenced(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Reservations for SqliteStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -1209,7 +1210,10 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl OperatorCommands for SqliteStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(move |tx, now| {
@@ -1307,8 +1311,10 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for SqliteStore {
     /// One transaction under the write lock: a few ended counters of other keys are swept, then
     /// this key's counter is inserted, restarted (its window ended) or added to, and read back.
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {

@@ -17,7 +17,10 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::store::{Outcome, Record, RecordKey, Reservation, Store, StoreError, Token};
+use crate::store::{
+    FailureCounters, OperatorCommands, Outcome, Record, RecordKey, Reservation, Reservations,
+    Store, StoreError, Token,
+};
 use crate::Fingerprint;
 
 /// A write of a call to the store.
@@ -342,7 +345,7 @@ impl WorkerStore {
 }
 
 #[async_trait]
-impl Store for WorkerStore {
+impl Reservations for WorkerStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -397,6 +400,10 @@ impl Store for WorkerStore {
         self.control.alive().await;
         self.inner.get(key).await
     }
+}
+
+#[async_trait]
+impl OperatorCommands for WorkerStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.control.alive().await;
         self.inner.purge_expired(limit).await
@@ -405,8 +412,10 @@ impl Store for WorkerStore {
         self.control.alive().await;
         self.inner.now().await
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for WorkerStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         self.control.alive().await;
         self.inner.count_failure(key, window).await

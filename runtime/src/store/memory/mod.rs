@@ -12,8 +12,9 @@ use table::{Entry, Table};
 
 use super::row::{span_ms, Fields, State};
 use super::{
-    from_millis, millis, nesting, to_millis, Cursor, Filter, Outcome, Page, Record, RecordKey,
-    RecordKeyRef, Reservation, Resolution, Store, StoreError, Token,
+    from_millis, millis, nesting, to_millis, Cursor, FailureCounters, Filter, OperatorCommands,
+    Outcome, Page, Record, RecordKey, RecordKeyRef, Reservation, Reservations, Resolution,
+    StoreError, Token,
 };
 use crate::Fingerprint;
 
@@ -462,7 +463,7 @@ impl Default for MemoryStore {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
+impl Reservations for MemoryStore {
     async fn reserve(
         &self,
         key: &RecordKey,
@@ -590,7 +591,10 @@ impl Store for MemoryStore {
             _ => Ok(None),
         })
     }
+}
 
+#[async_trait]
+impl OperatorCommands for MemoryStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.with(|records, now| {
             let mut purged = 0;
@@ -668,8 +672,10 @@ impl Store for MemoryStore {
             })
         })
     }
+}
 
-    // Retry limits.
+#[async_trait]
+impl FailureCounters for MemoryStore {
     async fn count_failure(&self, key: &RecordKey, window: Duration) -> Result<u64, StoreError> {
         let now = self.now_ms();
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
