@@ -10,11 +10,12 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use table::{Entry, Table};
 
+use super::record::nesting;
 use super::row::{span_ms, Fields, State};
 use super::{
-    from_millis, millis, nesting, to_millis, Cursor, FailureCounters, Filter, OperatorCommands,
-    Outcome, Page, Record, RecordKey, RecordKeyRef, Reservation, Reservations, Resolution,
-    StoreError, Token,
+    from_millis, millis, to_millis, Cursor, FailureCounters, Filter, OperatorCommands, Outcome,
+    Page, Record, RecordKey, RecordKeyRef, Reservation, Reservations, Resolution, StoreError,
+    Token,
 };
 use crate::Fingerprint;
 
