@@ -11,7 +11,7 @@ use serde_json::json;
 use toolkey::admin::{Admin, Resolved, MIN_RETAIN};
 use toolkey::store::{
     Entry, EntryState, Filter, ManualClock, MemoryStore, Outcome, Record, RecordKey, Reservation,
-    Resolution, SqliteStore, Store, Token,
+    Reservations, Resolution, SqliteStore, Token,
 };
 use toolkey::Fingerprint;
 use toolkey_cli::Exit;

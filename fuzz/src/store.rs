@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use toolkey::store::{
-    MemoryStore, Outcome, Record, RecordKey, Reservation, Store, StoreError, Token,
+    FailureCounters, MemoryStore, OperatorCommands, Outcome, Record, RecordKey, Reservation,
+    Reservations, StoreError, Token,
 };
 use toolkey::Fingerprint;
 
