@@ -92,7 +92,8 @@
 /// });
 /// # drop(store);
 /// ```
-#[doc(hidden)]
+// Exported at the crate's root, as `macro_rules!` macros are, and named from `store` as
+// `store::forward`: the facade shows it there.
 #[macro_export]
 macro_rules! __store_forward {
     ($role:ident to $field:ident) => {
