@@ -92,6 +92,9 @@ const RESERVE_ATTEMPTS: usize = 8;
 /// # }
 /// ```
 #[derive(Clone)]
+// Gated here too: the facade shows the store module from this crate, and rustdoc reads only
+// an item's own cfg across crates.
+#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresStore {
     pool: Pool,
@@ -110,6 +113,9 @@ impl fmt::Debug for PostgresStore {
 
 /// Configures a [`PostgresStore`]: where it connects, which table, how long it waits.
 #[derive(Debug)]
+// Gated here too: the facade shows the store module from this crate, and rustdoc reads only
+// an item's own cfg across crates.
+#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresStoreBuilder {
     source: Source,

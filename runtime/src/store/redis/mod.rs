@@ -145,6 +145,9 @@ const SCHEMA_VERSION: i64 = 2;
 /// # }
 /// ```
 #[derive(Clone)]
+// Gated here too: the facade shows the store module from this crate, and rustdoc reads only
+// an item's own cfg across crates.
+#[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStore {
     conn: Connection,
@@ -167,6 +170,9 @@ impl fmt::Debug for RedisStore {
 
 /// Configures a [`RedisStore`].
 #[derive(Clone)]
+// Gated here too: the facade shows the store module from this crate, and rustdoc reads only
+// an item's own cfg across crates.
+#[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStoreBuilder {
     nodes: Nodes,

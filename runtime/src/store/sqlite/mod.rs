@@ -117,6 +117,9 @@ const FAILURE_SWEEP: i64 = 64;
 /// # Ok(())
 /// # }
 /// ```
+// Gated here too: the facade shows the store module from this crate, and rustdoc reads only
+// an item's own cfg across crates.
+#[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteStore {
     /// Writes, and reads of an in-memory database.
