@@ -90,6 +90,20 @@ impl Crate {
                 _ => {}
             }
         }
+        // A `#[macro_export]` macro lands at the crate's root whatever module defines it: it is
+        // named `crate::the_macro`, and belongs to the module that defines it.
+        for (module, paths) in &files {
+            for path in paths {
+                for item in parse(path).items {
+                    if let Item::Macro(mac) = item {
+                        let exported = mac.attrs.iter().any(|a| a.path().is_ident("macro_export"));
+                        if let (true, Some(name)) = (exported, mac.ident) {
+                            reexports.insert(name.to_string(), module.clone());
+                        }
+                    }
+                }
+            }
+        }
         Crate {
             order,
             files,
