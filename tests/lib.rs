@@ -20,6 +20,7 @@ pub mod direct;
 #[path = "../examples/invoice/scenario.rs"]
 pub mod invoice;
 pub mod mcp_python;
+pub mod mcp_wire;
 #[path = "../examples/refund/scenario.rs"]
 pub mod refund;
 #[path = "../benches/rounds.rs"]

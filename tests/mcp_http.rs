@@ -30,6 +30,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::{tool, State, ToolContext, ToolError, Toolbox};
+use toolkey_tests::mcp_wire::{rpc_answer, wire_answer, wire_error};
 use toolkey_tests::{billing, mcp_python};
 
 use billing::{RefundOrder, Refunds};
@@ -216,28 +217,6 @@ fn py_charge(run: &str, progress: bool) -> Value {
         "meta": {"toolkey/run_id": run},
         "progress": progress,
     })
-}
-
-/// What a wire `CallToolResult` answers: the id of the charge or refund, or the error's code;
-/// and whether it is a replay.
-fn wire_answer(result: &Value) -> (String, bool) {
-    if result["isError"] == true {
-        return (
-            wire_error(result)["code"].as_str().unwrap().to_string(),
-            false,
-        );
-    }
-    let id = result["structuredContent"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a charge or refund: {result}"));
-    (id.to_string(), result["_meta"]["toolkey/replayed"] == true)
-}
-
-/// The error of a wire `CallToolResult`: `{"code", "message", "retryable", "suggestion"}`.
-fn wire_error(result: &Value) -> Value {
-    assert_eq!(result["isError"], true, "{result}");
-    let text = result["content"][0]["text"].as_str().expect("a text block");
-    serde_json::from_str::<Value>(text).unwrap()["error"].clone()
 }
 
 /// The charge id of a wire `CallToolResult`, and whether it is a replay.
@@ -433,13 +412,7 @@ async fn stateless_post(
         .expect("the server answers");
     let status = response.status().as_u16();
     let text = response.text().await.unwrap_or_default();
-    // A JSON body, or an event stream whose `data:` lines carry the messages.
-    let answer = std::iter::once(text.as_str())
-        .chain(text.lines().filter_map(|line| line.strip_prefix("data:")))
-        .filter_map(|message| serde_json::from_str::<Value>(message.trim()).ok())
-        .find(|message| message.get("id").is_some())
-        .map(|message| message["result"].clone())
-        .unwrap_or(Value::Null);
+    let answer = rpc_answer(&text).map_or(Value::Null, |message| message["result"].clone());
     (status, answer)
 }
 

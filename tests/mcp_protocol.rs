@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use toolkey::providers::mcp::http::{bearer_token, McpHttp, Parts, Principal, Refusal};
 use toolkey::store::{PostgresStore, RedisStore, Store};
 use toolkey::Toolbox;
+use toolkey_tests::mcp_wire::{rpc_answer, wire_answer};
 use toolkey_tests::{billing, mcp_python, servers};
 
 use billing::{Billing, SendInvoice};
@@ -185,20 +186,6 @@ fn place(name: &str) -> String {
 /// The invoice for acme's `period`, as a call's arguments.
 fn invoice(period: &str) -> Value {
     json!({"customer": "acme", "period": period, "amount": 120.0, "memo": "October"})
-}
-
-/// What a wire `CallToolResult` answers: the invoice id, or the error's code; and whether it
-/// is a replay.
-fn wire_answer(result: &Value) -> (String, bool) {
-    if result["isError"] == true {
-        let text = result["content"][0]["text"].as_str().expect("a text block");
-        let error = serde_json::from_str::<Value>(text).unwrap()["error"].clone();
-        return (error["code"].as_str().unwrap().to_string(), false);
-    }
-    let id = result["structuredContent"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("an invoice: {result}"));
-    (id.to_string(), result["_meta"]["toolkey/replayed"] == true)
 }
 
 /// The names of a `tools/list` result's tools, in order.
@@ -376,12 +363,8 @@ async fn post_2026(url: &str, message: Value, method: &str, name: Option<&str>) 
         .expect("the server answers");
     let status = response.status().as_u16();
     let text = response.text().await.unwrap_or_default();
-    // A JSON body, or an event stream whose `data:` lines carry the messages.
-    let answer = std::iter::once(text.as_str())
-        .chain(text.lines().filter_map(|line| line.strip_prefix("data:")))
-        .filter_map(|message| serde_json::from_str::<Value>(message.trim()).ok())
-        .find(|message| message.get("id").is_some())
-        .unwrap_or_else(|| panic!("a JSON-RPC answer ({status}): {text}"));
+    let answer =
+        rpc_answer(&text).unwrap_or_else(|| panic!("a JSON-RPC answer ({status}): {text}"));
     (status, answer)
 }
 
