@@ -1921,3 +1921,7 @@ async fn redis_store() {
     };
     real_clock(target, real_schedules(), "redis_store").await;
 }
+
+impl toolkey::store::Approvals for WorkerStore {
+    toolkey::store::forward!(Approvals, |worker| &worker.store);
+}

@@ -143,3 +143,6 @@ impl FailureCounters for CountingStore {
         self.write().clear_failures(key).await
     }
 }
+
+/// Keeps no approval requests: the targets call no tool that needs one.
+impl toolkey::store::Approvals for CountingStore {}

@@ -46,6 +46,12 @@ pub enum ErrorCode {
     /// The tool's concurrency limit was reached and no slot freed within the tool's timeout;
     /// nothing ran. Retryable.
     Busy,
+    /// The call needs a person's approval, recorded as a request that nobody has decided yet;
+    /// nothing ran. The same call, made again after the decision, runs if it was approved.
+    AwaitingApproval,
+    /// A person denied this exact call (its tool, key and arguments); nothing ran, and it
+    /// never will under that request. Not retryable.
+    ApprovalDenied,
 }
 
 impl ErrorCode {
@@ -66,10 +72,12 @@ impl ErrorCode {
             ErrorCode::LeaseLost => "LEASE_LOST",
             ErrorCode::RetryLimit => "RETRY_LIMIT",
             ErrorCode::Busy => "BUSY",
+            ErrorCode::AwaitingApproval => "AWAITING_APPROVAL",
+            ErrorCode::ApprovalDenied => "APPROVAL_DENIED",
         }
     }
 
-    const ALL: [ErrorCode; 14] = [
+    const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidArguments,
         ErrorCode::UnknownTool,
         ErrorCode::InProgress,
@@ -84,6 +92,8 @@ impl ErrorCode {
         ErrorCode::LeaseLost,
         ErrorCode::RetryLimit,
         ErrorCode::Busy,
+        ErrorCode::AwaitingApproval,
+        ErrorCode::ApprovalDenied,
     ];
 
     /// The code for a code string, if it is one of toolkey's own.

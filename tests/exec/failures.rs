@@ -126,6 +126,9 @@ impl FailureCounters for Down {
     }
 }
 
+/// Keeps no approval requests: no tool here needs one.
+impl toolkey::store::Approvals for Down {}
+
 #[tokio::test]
 async fn an_unreachable_store_fails_closed() {
     let billing = Arc::new(Billing::default());

@@ -319,3 +319,7 @@ impl<S: Store> OperatorCommands for CachedStore<S> {
 impl<S: Store> FailureCounters for CachedStore<S> {
     forward!(FailureCounters to inner);
 }
+
+impl<S: Store> super::Approvals for CachedStore<S> {
+    forward!(Approvals to inner);
+}

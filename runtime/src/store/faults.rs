@@ -580,3 +580,8 @@ mod tests {
         assert_eq!(store.injected().delayed, 1);
     }
 }
+
+// Approval requests pass through untouched: the faults injected are the call path's.
+impl<S: Store> crate::store::Approvals for FaultyStore<S> {
+    crate::store::forward!(Approvals to inner);
+}

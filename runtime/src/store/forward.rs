@@ -7,8 +7,9 @@
 /// `impl` blocks: `forward!(Role to field)` hands every method of `Role` to the store in
 /// `self.field`, and `forward!(Role, |wrapper| expression)` to the store the expression borrows.
 /// `Role` is one of [`Reservations`](crate::store::Reservations),
-/// [`OperatorCommands`](crate::store::OperatorCommands) or
-/// [`FailureCounters`](crate::store::FailureCounters). Each forwarded operation answers the
+/// [`OperatorCommands`](crate::store::OperatorCommands),
+/// [`FailureCounters`](crate::store::FailureCounters) or
+/// [`Approvals`](crate::store::Approvals). Each forwarded operation answers the
 /// inner store's own future, boxed once.
 ///
 /// ```
@@ -17,7 +18,7 @@
 ///
 /// use async_trait::async_trait;
 /// use toolkey::store::{
-///     forward, FailureCounters, MemoryStore, OperatorCommands, Outcome, Record, RecordKey,
+///     forward, Approvals, FailureCounters, MemoryStore, OperatorCommands, Outcome, Record, RecordKey,
 ///     Reservation, Reservations, Store, StoreError, Token,
 /// };
 /// use toolkey::Fingerprint;
@@ -84,6 +85,10 @@
 ///
 /// impl<S: Store> FailureCounters for Counting<S> {
 ///     forward!(FailureCounters to inner);
+/// }
+///
+/// impl<S: Store> Approvals for Counting<S> {
+///     forward!(Approvals to inner);
 /// }
 ///
 /// let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(Counting {
@@ -161,6 +166,22 @@ macro_rules! __store_forward {
             ) -> u64;
             fn failures<'k>(&'s self, key: &'k $crate::store::RecordKey) -> u64;
             fn clear_failures<'k>(&'s self, key: &'k $crate::store::RecordKey) -> ();
+        }
+    };
+    (Approvals, |$this:ident| $inner:expr) => {
+        $crate::__store_forward! {
+            @async Approvals, |$this| $inner;
+            fn latest_approval<'k>(
+                &'s self, id: &'k $crate::store::ApprovalKey
+            ) -> ::core::option::Option<$crate::store::Approval>;
+            fn open_approval<'r>(&'s self, request: &'r $crate::store::Approval) -> bool;
+            fn update_approval<'r>(
+                &'s self, request: &'r $crate::store::Approval, seen: $crate::store::ApprovalState
+            ) -> bool;
+            fn list_approvals<'t, 'a>(
+                &'s self, tenant: &'t str, state: ::core::option::Option<$crate::store::ApprovalState>,
+                after: ::core::option::Option<(&'a $crate::store::ApprovalKey, u64)>, limit: usize
+            ) -> ::std::vec::Vec<$crate::store::Approval>;
         }
     };
     // Each method as `#[async_trait]` declares it, answering the inner store's boxed future as

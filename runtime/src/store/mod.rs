@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use crate::Fingerprint;
 
 mod admin;
+mod approvals;
 mod cache;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -44,6 +45,10 @@ mod sqlite;
 #[doc(inline)]
 pub use crate::__store_forward as forward;
 pub use admin::{Cursor, Entry, EntryState, Filter, Page, Resolution, Unreadable};
+pub(crate) use approvals::listed_after;
+pub use approvals::{
+    Approval, ApprovalKey, ApprovalState, ApprovalStatus, Approvals, Decision, Requester,
+};
 pub use cache::CachedStore;
 pub use memory::{Clock, ManualClock, MemoryStore, SystemClock};
 #[cfg(feature = "postgres")]
@@ -69,6 +74,7 @@ pub use sqlite::SqliteStore;
 /// - [`OperatorCommands`]: what an operator (through [`Admin`](crate::admin::Admin) and the
 ///   `toolkey` command) lists, resolves and purges, and the store's clock they judge by.
 /// - [`FailureCounters`]: the counters retry limits keep beside the records.
+/// - [`Approvals`]: the approval requests of calls that wait for a person, beside the records.
 ///
 /// `Store` is every type that implements the three, and what a toolbox holds
 /// (`Arc<dyn Store>`): implement the roles, never `Store` itself. A wrapper implements by hand
@@ -108,9 +114,9 @@ pub use sqlite::SqliteStore;
 ///   in the same step as it reserves, so a first run costs no extra round trip for it.
 ///
 /// The `conformance` module (feature `testing`) checks all of this against any implementation.
-pub trait Store: Reservations + OperatorCommands + FailureCounters {}
+pub trait Store: Reservations + OperatorCommands + FailureCounters + Approvals {}
 
-impl<S: Reservations + OperatorCommands + FailureCounters + ?Sized> Store for S {}
+impl<S: Reservations + OperatorCommands + FailureCounters + Approvals + ?Sized> Store for S {}
 
 /// A store's call path: what every keyed call does with its record, from reserving the key to
 /// settling it. One of the three roles of a [`Store`], whose docs say what every implementation
@@ -300,4 +306,8 @@ impl<S: OperatorCommands + ?Sized> OperatorCommands for Arc<S> {
 
 impl<S: FailureCounters + ?Sized> FailureCounters for Arc<S> {
     forward!(FailureCounters, |shared| &**shared);
+}
+
+impl<S: Approvals + ?Sized> Approvals for Arc<S> {
+    forward!(Approvals, |shared| &**shared);
 }

@@ -429,3 +429,7 @@ impl FailureCounters for WorkerStore {
         self.inner.clear_failures(key).await
     }
 }
+
+impl crate::store::Approvals for WorkerStore {
+    crate::store::forward!(Approvals, |worker| &worker.inner);
+}

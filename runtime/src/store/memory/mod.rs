@@ -1,5 +1,6 @@
 //! The in-process store: the default, and the reference the other stores are checked against.
 
+mod approvals;
 mod clock;
 mod counters;
 mod operator;
@@ -58,6 +59,7 @@ pub struct MemoryStore {
     records: Mutex<Records>,
     clock: Box<dyn Clock>,
     failures: Mutex<FailureCounts>,
+    approvals: Mutex<approvals::Requests>,
 }
 
 impl MemoryStore {
@@ -72,6 +74,7 @@ impl MemoryStore {
             records: Mutex::default(),
             clock: Box::new(clock),
             failures: Mutex::default(),
+            approvals: Mutex::default(),
         }
     }
 

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::Fingerprint;
 
+mod approvals;
 mod builder;
 mod counters;
 mod operator;
@@ -271,6 +272,10 @@ impl PostgresStore {
             // The retry limits' counters: a table beside the records, added to a database
             // migrated before it existed too.
             tx.batch_execute(&sql.failures_create)
+                .await
+                .map_err(Failure::Db)?;
+            // Approval requests: likewise beside the records.
+            tx.batch_execute(&sql.approvals.create)
                 .await
                 .map_err(Failure::Db)?;
             tx.commit().await.map_err(Failure::Db)

@@ -61,6 +61,8 @@ pub(super) struct Sql {
     pub(super) count_failure: String,
     pub(super) failures: String,
     pub(super) clear_failures: String,
+    // Approval requests: their table and statements.
+    pub(super) approvals: super::approvals::ApprovalSql,
 }
 
 impl Sql {
@@ -94,6 +96,10 @@ impl Sql {
         let f_index = format!("\"{}_failures_ends\"", table.name);
         let after = |ms: &str| format!("{NOW} + {ms}::int8 * interval '1 millisecond'");
         Sql {
+            approvals: super::approvals::ApprovalSql::new(
+                &qualify(&format!("\"{}_approvals\"", table.name)),
+                &table.name,
+            ),
             failures_create: format!(
                 "CREATE TABLE IF NOT EXISTS {f} (
                      tenant   text NOT NULL,

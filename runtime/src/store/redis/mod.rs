@@ -23,6 +23,7 @@ use super::{
 };
 use crate::Fingerprint;
 
+mod approvals;
 mod builder;
 mod counters;
 mod keys;

@@ -31,6 +31,7 @@ macro_rules! sql {
 }
 
 // Declared after `sql!`, which they use.
+mod approvals;
 mod counters;
 mod operator;
 mod reservations;

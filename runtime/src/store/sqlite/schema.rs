@@ -75,5 +75,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         }
     }
     tx.execute_batch(FAILURES_SCHEMA).map_err(unavailable)?;
+    tx.execute_batch(super::approvals::APPROVALS_SCHEMA)
+        .map_err(unavailable)?;
     tx.commit().map_err(unavailable)
 }
