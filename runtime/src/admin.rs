@@ -33,6 +33,10 @@ use crate::store::{
     Cursor, Entry, EntryState, Filter, RecordKey, Resolution, Store, StoreError, Token, Unreadable,
 };
 
+mod approvals;
+
+pub use approvals::DecisionRefused;
+
 /// How many records one page of a listing looks at.
 const PAGE: usize = 500;
 

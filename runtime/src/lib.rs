@@ -52,6 +52,9 @@ mod schema;
 // The `Tool` trait, definitions, prepared calls.
 mod tool;
 
+// Which calls wait for a person's approval, and the requests they open and use up.
+mod approval;
+
 // A definition's schema in each API's dialect.
 mod export;
 
@@ -84,6 +87,7 @@ pub mod testing;
 pub mod __private;
 
 // What users write. The plumbing generated code needs is in `__private`.
+pub use approval::{DEFAULT_APPROVAL_EXPIRY, DEFAULT_APPROVAL_RETENTION};
 pub use context::{State, ToolContext};
 pub use error::{ErrorCode, ToolError};
 pub use exec::{ApprovalRequest, Approver, ToolOutput};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::admin::Admin;
+use crate::approval::Gate;
 use crate::context::StateMap;
 use crate::exec::{Approver, Executor, ToolOutput};
 use crate::lease::ShutdownReport;
@@ -163,6 +164,7 @@ pub struct ToolboxBuilder {
     retry_limits: HashMap<String, RetryLimit>,
     concurrency: HashMap<String, Option<NonZeroUsize>>,
     telemetry: observe::Options,
+    gate: Gate,
 }
 
 impl ToolboxBuilder {
@@ -264,6 +266,65 @@ impl ToolboxBuilder {
         self
     }
 
+    /// A rule of this toolbox: a call for which `needs` answers true (given the tool's name and
+    /// the arguments as the model sent them, known valid) waits for a person's approval, as
+    /// the calls of a tool declared `#[tool(..., approval)]` do. Rules add up: a call any of
+    /// them names needs approval.
+    ///
+    /// The first such call records an approval request bound to the tenant, the tool, the key
+    /// (for a call without one, the fingerprint of its whole arguments) and the fingerprint of
+    /// its arguments, runs nothing, and is answered `AWAITING_APPROVAL`. Once a person
+    /// approved it (through [`Admin::approve`] or `toolkey approvals approve`), the model's
+    /// next call with the same arguments runs it, once; a denied request is answered
+    /// `APPROVAL_DENIED`. The toolbox never runs a call on approval by itself: the body needs
+    /// the calling process's state and context, and its result must reach the model.
+    ///
+    /// ```
+    /// use toolkey::Toolbox;
+    ///
+    /// // Refunds above 100.00 wait for a person.
+    /// let toolbox = Toolbox::builder()
+    ///     .require_approval(|tool, args| {
+    ///         tool == "refund" && args["amount"].as_f64().is_some_and(|amount| amount > 100.0)
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(toolbox);
+    /// ```
+    pub fn require_approval(
+        mut self,
+        needs: impl Fn(&str, &Value) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.gate.rules.push(Arc::new(needs));
+        self
+    }
+
+    /// A hook told once of every approval request a call of this toolbox records (not when a
+    /// later call finds it still open): to tell someone a decision waits. It runs in the
+    /// call's task, so it should hand slow work (a message to send) to a task of its own.
+    pub fn on_approval_request(
+        mut self,
+        hook: impl Fn(&crate::store::Approval) + Send + Sync + 'static,
+    ) -> Self {
+        self.gate.hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// How long an approval request waits for a decision before it expires (default: a day,
+    /// [`DEFAULT_APPROVAL_EXPIRY`](crate::DEFAULT_APPROVAL_EXPIRY)). An expired request never
+    /// runs; the next call with the same arguments opens a new one.
+    pub fn approval_expiry(mut self, expiry: Duration) -> Self {
+        self.gate.expiry = expiry;
+        self
+    }
+
+    /// How long an approval request is kept after its expiry, decided or not, for audit
+    /// (default: 30 days, [`DEFAULT_APPROVAL_RETENTION`](crate::DEFAULT_APPROVAL_RETENTION)).
+    pub fn approval_retention(mut self, retention: Duration) -> Self {
+        self.gate.retention = retention;
+        self
+    }
+
     /// Checks the tools against each other and the state, and builds the toolbox.
     pub fn build(self) -> Result<Toolbox, BuildError> {
         let mut entries = HashMap::new();
@@ -335,7 +396,7 @@ impl ToolboxBuilder {
                     });
                 }
             }
-            if definition.story == Story::Unkeyed {
+            if definition.story == Story::Unkeyed && !definition.settings.approval {
                 unkeyed.push(definition.name.clone());
             }
             if let Some(companion) = tool.status_companion() {
@@ -374,6 +435,7 @@ impl ToolboxBuilder {
         for (tool, limit) in slots {
             exec.limit_concurrency(&tool, limit);
         }
+        exec.set_gate(self.gate);
         Ok(Toolbox {
             inner: Arc::new(Inner {
                 entries,

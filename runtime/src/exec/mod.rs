@@ -34,6 +34,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::approval::{Bound, Gate};
 use crate::context::StateMap;
 use crate::lease::{Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, ToolTelemetry};
@@ -116,6 +117,7 @@ pub(crate) struct Executor {
     shutdown_grace: Duration,
     limits: Limits,
     telemetry: observe::Options,
+    gate: Gate,
 }
 
 impl Executor {
@@ -139,7 +141,13 @@ impl Executor {
             shutdown_grace,
             limits: Limits::default(),
             telemetry,
+            gate: Gate::default(),
         }
+    }
+
+    /// Sets which calls wait for a person's approval, and how their requests are kept.
+    pub(crate) fn set_gate(&mut self, gate: Gate) {
+        self.gate = gate;
     }
 
     /// Opens the span of one call of `tool` (see [`observe`]).
@@ -189,17 +197,29 @@ impl Executor {
             let call = def.prepare(tool, &args, ctx)?;
             // A call without a key has no record to count its failures under: it is counted in
             // memory by its tool and the arguments that define it.
-            let tally = (def.story != Story::Idempotent)
-                .then(|| Arc::new(Tally::new(observed.tool_name(), args, Limit::of(def))));
+            let (tally, keyed_args) = if def.story != Story::Idempotent {
+                let tally = Tally::new(observed.tool_name(), args, Limit::of(def));
+                (Some(Arc::new(tally)), None)
+            } else {
+                (None, Some(args))
+            };
             if let Some(tally) = &tally {
                 // Refused before anyone is asked to approve it.
                 self.limits
                     .refuse_if_reached(def, ctx, tally)
                     .inspect_err(|_| self.stats.retry_limited.inc())?;
-                if def.story == Story::Unkeyed {
-                    // The approver sees the arguments as the model sent them, now known valid.
-                    self.approve(def, tally.args(), ctx).await?;
-                }
+            }
+            // The arguments as the model sent them, now known valid.
+            let args = match (&tally, &keyed_args) {
+                (Some(tally), _) => tally.args(),
+                (None, Some(args)) => args,
+                (None, None) => unreachable!("a call's arguments are held by one of the two"),
+            };
+            if self.gate.needs(def, args) {
+                let keyed = call.key.as_ref().zip(call.fingerprint.as_ref());
+                self.admit(def, keyed, args, ctx).await?;
+            } else if def.story == Story::Unkeyed {
+                self.approve(def, args, ctx).await?;
             }
             Ok((call, tally))
         };
@@ -213,6 +233,44 @@ impl Executor {
                 Err(err)
             }
         }
+    }
+
+    /// Meets the approval a call needs: bound to its key, or for a call without one (or a key
+    /// new at every call) to the fingerprint of its whole arguments, used up by one run. A
+    /// keyed call whose completed record this process holds is a replay or `CONFLICT`, runs
+    /// nothing, and is let through to be answered so.
+    async fn admit(
+        &self,
+        def: &ToolDefinition,
+        keyed: Option<(&crate::IdempotencyKey, &crate::Fingerprint)>,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
+        let whole;
+        let bound = match keyed {
+            Some((key, fingerprint)) if !def.key_follows_step() => {
+                let here = RecordKeyRef::new(ctx.scope(), key.as_str());
+                if self.store.completed_here(here).is_some() {
+                    return Ok(());
+                }
+                Bound {
+                    key: key.as_str(),
+                    fingerprint: fingerprint.to_hex(),
+                    once: false,
+                }
+            }
+            _ => {
+                whole = crate::Fingerprint::of(args)
+                    .map_err(|e| texts::unfingerprintable(&e.to_string()))?
+                    .to_hex();
+                Bound {
+                    key: &whole,
+                    fingerprint: whole.clone(),
+                    once: true,
+                }
+            }
+        };
+        self.gate.admit(&*self.store, def, bound, args, ctx).await
     }
 
     async fn approve(

@@ -31,10 +31,13 @@ mod store;
 mod tasks;
 // Status companions.
 mod status;
+// Approval requests: awaiting, denied, not covered.
+mod approvals;
 
 #[cfg(test)]
 mod tests;
 
+pub(crate) use approvals::*;
 pub(crate) use arguments::*;
 pub(crate) use context::*;
 pub(crate) use keyed::*;

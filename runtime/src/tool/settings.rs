@@ -24,6 +24,10 @@ pub struct Settings {
     /// a call beyond it waits for a slot within its timeout, then is answered `BUSY`. `None`:
     /// no limit.
     pub concurrency: Option<NonZeroUsize>,
+    /// Every call waits for a person's approval before it runs (`approval`), recorded in the
+    /// store (see [`ToolboxBuilder::require_approval`](crate::ToolboxBuilder::require_approval)
+    /// for a rule over the arguments instead).
+    pub approval: bool,
 }
 
 impl Default for Settings {
@@ -35,6 +39,7 @@ impl Default for Settings {
             wait_in_progress: None,
             retry_limit: RetryLimit::toolbox(),
             concurrency: None,
+            approval: false,
         }
     }
 }
