@@ -161,7 +161,9 @@ impl Companion {
             }
             _ => None,
         };
-        read(exec, telemetry, name, by_key, whole, note, ctx).await
+        // Only a tool that may wait for approval has requests to look at.
+        let gated = target.is_some_and(|(_, def)| exec.may_need_approval(def));
+        read(exec, telemetry, name, by_key, whole, note, gated, ctx).await
     }
 }
 
@@ -170,7 +172,9 @@ impl Companion {
 /// `whole` is the call of `target` that `args` make, when they make one: its key and
 /// fingerprint are checked against the record. Otherwise `by_key`, the key the companion
 /// read from the arguments (or its refusal of them), is answered for alone, with `note` (or
-/// the key-only note) saying so.
+/// the key-only note) saying so. `gated`: the target may wait for approval, so a key without
+/// a record is looked up among approval requests too.
+#[allow(clippy::too_many_arguments)]
 async fn read(
     exec: &Executor,
     status: &Arc<ToolTelemetry>,
@@ -178,6 +182,7 @@ async fn read(
     by_key: Result<IdempotencyKey, ToolError>,
     whole: Option<Call>,
     note: Option<String>,
+    gated: bool,
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     let observed = exec.observe(status, Story::ReadOnly, ctx);
@@ -187,7 +192,20 @@ async fn read(
     };
     let answer = match keyed {
         Ok((key, fingerprint)) => {
+            let asked = fingerprint.as_ref().map(Fingerprint::to_hex);
             let read = read_record(exec, status.name(), target, &key, fingerprint, note, ctx);
+            let read = async {
+                match read.await? {
+                    out if gated && out.value["status"] == "not_found" => {
+                        let request = approval_status(exec, target, &key, asked, ctx).await?;
+                        Ok(request.map_or(out, |value| ToolOutput {
+                            value,
+                            replayed: false,
+                        }))
+                    }
+                    out => Ok(out),
+                }
+            };
             observed.scope(read).await
         }
         Err(err) => Err(err),
@@ -263,6 +281,52 @@ async fn read_record(
     Ok(ToolOutput {
         value,
         replayed: false,
+    })
+}
+
+/// What the latest approval request of `target`'s `key` says, when no record is there: the
+/// call waits for a decision (`awaiting_approval`), was denied (`approval_denied`), or was
+/// approved and runs at the next call (`approved`). `None` when there is no request, or it
+/// expired or was used up: the next call opens a new one. `asked`: the fingerprint of the
+/// call asked about, when the arguments make one; a request of other arguments is `conflict`.
+async fn approval_status(
+    exec: &Executor,
+    target: &str,
+    key: &IdempotencyKey,
+    asked: Option<String>,
+    ctx: &ToolContext,
+) -> Result<Option<Value>, ToolError> {
+    use crate::store::{ApprovalKey, ApprovalStatus};
+    let id = ApprovalKey::new(ctx.scope(), target, key.as_str());
+    let store = exec.store();
+    let Some(request) = store.latest_approval(&id).await.map_err(StoreError::refusal)? else {
+        return Ok(None);
+    };
+    let now = store.now().await.map_err(StoreError::refusal)?;
+    let time = |t| humantime::format_rfc3339_millis(t).to_string();
+    let revision = request.revision;
+    let other = asked.is_some_and(|asked| asked != request.fingerprint);
+    Ok(match request.status(now) {
+        ApprovalStatus::Pending | ApprovalStatus::Denied | ApprovalStatus::Approved if other => {
+            Some(json!({"status": "conflict", "detail": texts::status_conflict(target)}))
+        }
+        ApprovalStatus::Pending => Some(json!({
+            "status": "awaiting_approval",
+            "revision": revision,
+            "expires_at": time(request.expires_at),
+            "detail": texts::status_awaiting_approval(target),
+        })),
+        ApprovalStatus::Denied => Some(json!({
+            "status": "approval_denied",
+            "revision": revision,
+            "detail": texts::status_approval_denied(target),
+        })),
+        ApprovalStatus::Approved => Some(json!({
+            "status": "approved",
+            "revision": revision,
+            "detail": texts::status_approved(target),
+        })),
+        ApprovalStatus::Expired | ApprovalStatus::Used => None,
     })
 }
 

@@ -53,6 +53,8 @@ pub struct Attr {
     pub retain: Option<Spanned<Duration>>,
     pub retry_limit: Option<Spanned<RetryLimit>>,
     pub concurrency: Option<Spanned<usize>>,
+    /// `approval`: every call waits for a person's approval.
+    pub approval: bool,
     pub name: Option<LitStr>,
     pub description: Option<LitStr>,
     pub krate: Option<Path>,
@@ -68,6 +70,7 @@ const TOP_KEYS: &[&str] = &[
     "retain",
     "retry_limit",
     "concurrency",
+    "approval",
     "name",
     "description",
     "crate",
@@ -91,6 +94,7 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
         retain: None,
         retry_limit: None,
         concurrency: None,
+        approval: false,
         name: None,
         description: None,
         krate: None,
@@ -166,6 +170,13 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
                     }
                 }
             }
+            "approval" => {
+                if !meta.input.is_empty() && !meta.input.peek(syn::Token![,]) {
+                    cx.error_at(span, "`approval` takes no arguments: every call of the tool waits for a person's approval");
+                    skip_value(&meta)?;
+                }
+                attr.approval = true;
+            }
             "name" => {
                 attr.name = value(
                     cx,
@@ -200,7 +211,7 @@ pub fn parse(cx: &Ctxt, args: TokenStream) -> Attr {
                 cx.error_at(
                     span,
                     format!(
-                        "unknown `#[tool]` key `{other}`{hint}; expected one of: `read_only`, `idempotent(...)`, `natural`, `unkeyed`, `timeout`, `lease`, `retain`, `retry_limit`, `concurrency`, `name`, `description`, `crate`"
+                        "unknown `#[tool]` key `{other}`{hint}; expected one of: `read_only`, `idempotent(...)`, `natural`, `unkeyed`, `timeout`, `lease`, `retain`, `retry_limit`, `concurrency`, `approval`, `name`, `description`, `crate`"
                     ),
                 );
                 skip_value(&meta)?;

@@ -24,6 +24,8 @@ pub struct Tool {
     pub retry_limit: Option<RetryLimit>,
     /// `concurrency = 2`: at most this many bodies at once in a process.
     pub concurrency: Option<usize>,
+    /// `approval`: every call waits for a person's approval.
+    pub approval: bool,
     pub krate: Path,
     pub params: Vec<Param>,
     pub output: Option<Type>,
@@ -222,6 +224,7 @@ impl Tool {
             retain: attr.retain,
             retry_limit: attr.retry_limit.map(|r| r.value),
             concurrency: attr.concurrency.map(|c| c.value),
+            approval: attr.approval,
             krate: attr.krate.unwrap_or_else(|| syn::parse_quote!(::toolkey)),
             params,
             output,

@@ -145,6 +145,11 @@ impl Executor {
         }
     }
 
+    /// True when a call of `def` may wait for a person's approval in this toolbox.
+    pub(crate) fn may_need_approval(&self, def: &ToolDefinition) -> bool {
+        def.settings.approval || !self.gate.rules.is_empty()
+    }
+
     /// Sets which calls wait for a person's approval, and how their requests are kept.
     pub(crate) fn set_gate(&mut self, gate: Gate) {
         self.gate = gate;

@@ -66,3 +66,18 @@ fn left(expires_at: SystemTime) -> String {
         Err(_) => "its time is up".to_string(),
     }
 }
+
+/// A status companion's detail: the call of `target` waits for a person's decision.
+pub(crate) fn status_awaiting_approval(target: &str) -> String {
+    format!("this `{target}` call waits for a person's approval and nothing was done yet; tell the user, and call `{target}` again with the same arguments once they have decided")
+}
+
+/// A status companion's detail: a person denied the call of `target`.
+pub(crate) fn status_approval_denied(target: &str) -> String {
+    format!("a person denied this `{target}` call and nothing was done; do not call it again with the same arguments")
+}
+
+/// A status companion's detail: the call of `target` was approved and has not run yet.
+pub(crate) fn status_approved(target: &str) -> String {
+    format!("a person approved this `{target}` call and it has not run yet; call `{target}` again with the same arguments to run it")
+}
