@@ -142,6 +142,7 @@ pub struct Decision {
 
 /// One approval request, as the store keeps it: bound to its tenant, tool, key and the
 /// fingerprint of the call's arguments, with who asked, when it expires, and its decision.
+/// Its times are kept to the millisecond.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     /// Which requests this one is among.

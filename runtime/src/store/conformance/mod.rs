@@ -29,11 +29,13 @@ use super::{
 };
 use crate::{Fingerprint, ToolError};
 
+mod approvals;
 mod counters;
 mod leases;
 mod operator;
 mod reservations;
 
+use approvals::*;
 use counters::*;
 use leases::*;
 use operator::*;
@@ -199,6 +201,27 @@ impl<S: Store> Suite<S> {
             (
                 "a_reservation_carries_the_keys_failures",
                 Box::pin(a_reservation_carries_the_keys_failures(self.ctx())),
+            ),
+            // Approval requests.
+            (
+                "approvals_open_one_revision_at_a_time",
+                Box::pin(approvals_open_one_revision_at_a_time(self.ctx())),
+            ),
+            (
+                "concurrent_opens_of_one_revision_write_once",
+                Box::pin(concurrent_opens_of_one_revision_write_once(self.ctx())),
+            ),
+            (
+                "a_decision_applies_only_from_the_state_read",
+                Box::pin(a_decision_applies_only_from_the_state_read(self.ctx())),
+            ),
+            (
+                "approvals_are_listed_in_order_per_tenant",
+                Box::pin(approvals_are_listed_in_order_per_tenant(self.ctx())),
+            ),
+            (
+                "approvals_never_touch_a_record",
+                Box::pin(approvals_never_touch_a_record(self.ctx())),
             ),
         ];
         let mut failed = Vec::new();
