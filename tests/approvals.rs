@@ -393,3 +393,115 @@ async fn on_the_redis_store() {
     })
     .await;
 }
+
+/// Runs the `toolkey` command with `args` after `--store url`.
+async fn toolkey(url: &str, args: &[&str]) -> (toolkey_cli::Exit, String) {
+    let mut line = vec!["toolkey", "--store", url];
+    line.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = toolkey_cli::run(line, &mut out, &mut err).await;
+    let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+    assert!(err.is_empty(), "{err}");
+    (exit, out)
+}
+
+/// A person decides from the command line: lists what waits, approves with the revision shown,
+/// is refused a second decision and a revision that does not exist, denies another request.
+async fn decided_from_the_command_line(url: &str, store: Arc<dyn Store>) {
+    use toolkey_cli::Exit;
+    let pass = sleeping();
+    let s = setup(&Target { store, pass });
+    let toolbox = Toolbox::builder()
+        .shared_store(s.target.store.clone())
+        .shared_state(s.ledger.clone())
+        .tool(Refund)
+        .build()
+        .unwrap();
+    let call = |args: Value| {
+        let (toolbox, ctx) = (toolbox.clone(), s.ctx.clone());
+        async move { toolbox.call("refund", args, &ctx).await }
+    };
+    let tenant = s.tenant().to_owned();
+    awaiting(call(json!({"order": "o-7", "cents": 100})).await);
+    awaiting(call(json!({"order": "o-8", "cents": 200})).await);
+    let (exit, out) = toolkey(url, &["--json", "approvals", "list", "--tenant", &tenant]).await;
+    assert_eq!(exit, Exit::Done, "{out}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["refund:o-7", "refund:o-8"], "{listed}");
+    assert_eq!(listed[0]["status"], "pending");
+    assert_eq!(listed[0]["revision"], 1);
+    let request = ["--tenant", &tenant, "--tool", "refund", "--key", "refund:o-7"];
+    let decide = |verb: &'static str, revision: &'static str| {
+        let mut line = vec!["approvals", verb];
+        line.extend_from_slice(&request);
+        line.extend_from_slice(&["--revision", revision, "--by", "ops@example.com"]);
+        line
+    };
+    let (exit, out) = toolkey(url, &decide("approve", "2")).await;
+    assert_eq!(exit, Exit::NotFound, "{out}");
+    let (exit, out) = toolkey(url, &decide("approve", "1")).await;
+    assert_eq!(exit, Exit::Done, "{out}");
+    assert!(out.contains("approved request 1"), "{out}");
+    let (exit, out) = toolkey(url, &decide("deny", "1")).await;
+    assert_eq!(exit, Exit::Refused, "{out}");
+    assert!(out.contains("already decided"), "{out}");
+    let mut show = vec!["--json", "approvals", "show"];
+    show.extend_from_slice(&request);
+    let (exit, out) = toolkey(url, &show).await;
+    assert_eq!(exit, Exit::Done, "{out}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["status"], "approved", "{shown}");
+    assert_eq!(shown["decision"]["by"], "ops@example.com", "{shown}");
+    call(json!({"order": "o-7", "cents": 100})).await.unwrap();
+    let other = ["--tenant", &tenant, "--tool", "refund", "--key", "refund:o-8"];
+    let mut deny = vec!["approvals", "deny"];
+    deny.extend_from_slice(&other);
+    deny.extend_from_slice(&["--revision", "1", "--by", "ops@example.com", "--reason", "duplicate"]);
+    let (exit, out) = toolkey(url, &deny).await;
+    assert_eq!(exit, Exit::Done, "{out}");
+    let err = call(json!({"order": "o-8", "cents": 200})).await.unwrap_err();
+    assert!(err.is(ErrorCode::ApprovalDenied), "{err:?}");
+    let (exit, out) = toolkey(url, &["--json", "approvals", "list", "--tenant", &tenant]).await;
+    assert_eq!((exit, out.trim()), (Exit::Done, "[]"));
+    assert_eq!(*s.ledger.made.lock().unwrap(), [("refund o-7".into(), 100)]);
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_command_line_decides_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cli.db");
+    let store = toolkey::store::SqliteStore::open(&path).unwrap();
+    let url = format!("sqlite:{}", path.display());
+    decided_from_the_command_line(&url, Arc::new(store)).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_command_line_decides_on_postgres() {
+    const VAR: &str = "TOOLKEY_POSTGRES_URL";
+    let url = servers::url(VAR, "postgres://postgres@127.0.0.1:5432/test");
+    let store = match toolkey::store::PostgresStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => return servers::unreachable("PostgreSQL", VAR, &url, e),
+    };
+    decided_from_the_command_line(&url, Arc::new(store)).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_command_line_decides_on_redis() {
+    const VAR: &str = "TOOLKEY_REDIS_URL";
+    let url = servers::url(VAR, "redis://127.0.0.1:6379");
+    let store = match toolkey::store::RedisStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => return servers::unreachable("Redis", VAR, &url, e),
+    };
+    decided_from_the_command_line(&url, Arc::new(store)).await;
+}

@@ -21,6 +21,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod approvals;
+
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::{json, Value};
@@ -39,9 +41,10 @@ pub enum Exit {
     Failed = 1,
     /// The command line was wrong (2).
     Usage = 2,
-    /// A resolution was refused: the record is not the unknown record that was shown (3).
+    /// A resolution or a decision was refused: the record is not the unknown record that was
+    /// shown, or the approval request is not the pending one that was shown (3).
     Refused = 3,
-    /// `show` found no record (4).
+    /// `show` found no record, or a decision no request of that revision (4).
     NotFound = 4,
 }
 
@@ -49,7 +52,7 @@ pub enum Exit {
 #[command(
     name = "toolkey",
     version,
-    about = "List, show, resolve and purge toolkey's idempotency records"
+    about = "List, show, resolve and purge toolkey's idempotency records; decide approvals"
 )]
 struct Cli {
     /// The store: `sqlite:<path>` (or a path to an existing file), `postgres://...` or
@@ -88,6 +91,8 @@ enum Command {
     /// Forgets a call's counted failures, so a call stopped by its retry limit (RETRY_LIMIT)
     /// runs again before its window ends. Use it once the cause of the failures is fixed.
     ClearFailures(KeyArgs),
+    /// Lists, shows, approves and denies the approval requests of calls that wait for a person.
+    Approvals(approvals::ApprovalsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -366,6 +371,7 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<Exit, Failure> {
             }
             Ok(Exit::Done)
         }
+        Command::Approvals(args) => approvals::execute(args, &admin, &store, cli.json, out).await,
         Command::Counts(args) => {
             let counts = admin.counts(&filter(args)).await?;
             if cli.json {
