@@ -3,6 +3,9 @@
 //! as version 1 wrote it is replayed to the model's retry without running the tool, lists with
 //! its tool "not recorded", and a new call records its tool.
 //!
+//! A store migrated before approval requests existed gets their table when opened again, and
+//! keeps them.
+//!
 //! Each fixture is the exact layout version 1 wrote: its DDL and rows for the SQL stores, its
 //! hash fields for Redis.
 #![cfg(all(feature = "sqlite", feature = "postgres", feature = "redis"))]
@@ -320,6 +323,75 @@ async fn a_version_1_redis_prefix_is_migrated_and_replays() {
     let _: () = redis::cmd("DEL")
         .arg(keys)
         .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// Refunds made, by anyone.
+#[derive(Default)]
+struct Refunds(AtomicUsize);
+
+/// Refunds an order, once a person approved it.
+#[tool(idempotent(key = "refund:<order>", status = false), approval)]
+async fn refund(refunds: State<Refunds>, order: String) -> Result<Value, ToolError> {
+    let made: &Refunds = &refunds;
+    made.0.fetch_add(1, Ordering::SeqCst);
+    Ok(json!({"refunded": order}))
+}
+
+/// A store migrated before approval requests existed, opened again: it keeps them, and an
+/// approved call runs once.
+async fn approvals_after_migration(store: Arc<dyn Store>) {
+    let refunds = Arc::new(Refunds::default());
+    let toolbox = Toolbox::builder()
+        .shared_store(store)
+        .shared_state(refunds.clone())
+        .tool(Refund)
+        .build()
+        .unwrap();
+    let ctx = ToolContext::new("run-1").with_tenant(format!("migrated-{}", uuid::Uuid::new_v4()));
+    let args = json!({"order": "o-1"});
+    let err = toolbox.call("refund", args.clone(), &ctx).await.unwrap_err();
+    assert!(err.is(toolkey::ErrorCode::AwaitingApproval), "{err:?}");
+    let id = toolkey::store::ApprovalKey::new(ctx.tenant().unwrap(), "refund", "refund:o-1");
+    toolbox.admin().approve(&id, 1, "ops", None).await.unwrap();
+    toolbox.call("refund", args.clone(), &ctx).await.unwrap();
+    toolbox.call("refund", args, &ctx).await.unwrap();
+    assert_eq!(refunds.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_sqlite_file_from_before_approvals_gets_their_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("before-approvals.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE toolkey_approvals").unwrap();
+    drop(conn);
+    approvals_after_migration(Arc::new(SqliteStore::open(&path).unwrap())).await;
+}
+
+#[tokio::test]
+async fn a_postgres_table_from_before_approvals_gets_theirs() {
+    let url = servers::url(POSTGRES.0, POSTGRES.1);
+    let (client, connection) = match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        Ok(pair) => pair,
+        Err(e) => return servers::unreachable("PostgreSQL", POSTGRES.0, &url, e),
+    };
+    tokio::spawn(connection);
+    let table = format!("v2_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let connect = || PostgresStore::builder(&url).table(&table).connect();
+    drop(connect().await.unwrap());
+    client
+        .batch_execute(&format!("DROP TABLE \"{table}_approvals\""))
+        .await
+        .unwrap();
+    approvals_after_migration(Arc::new(connect().await.unwrap())).await;
+    client
+        .batch_execute(&format!(
+            "DROP TABLE \"{table}\", \"{table}_failures\", \"{table}_approvals\";
+             DELETE FROM toolkey_schema_version WHERE table_name = '{table}'"
+        ))
         .await
         .unwrap();
 }

@@ -182,8 +182,9 @@ impl PostgresStore {
     }
 
     /// Creates the schema, table and index if they are missing and records the schema version;
-    /// refuses a table of a newer version. Also creates `<table>_failures` if it is missing: the
-    /// failure counters of retry limits, beside the records. Safe to run from many processes at once (it holds an
+    /// refuses a table of a newer version. Also creates `<table>_failures` and
+    /// `<table>_approvals` if they are missing: the failure counters of retry limits and the
+    /// approval requests, beside the records. Safe to run from many processes at once (it holds an
     /// advisory lock on the table's name). [`PostgresStoreBuilder::connect`] runs it unless told
     /// not to.
     pub async fn migrate(&self) -> Result<(), StoreError> {
