@@ -113,6 +113,7 @@
 //! # Learn more
 //!
 //! The [`guide`] covers the rest: [stories and keys](guide::keys), [steps](guide::steps),
+//! [approvals](guide::approvals),
 //! [stores and scaling out](guide::stores), [MCP](guide::mcp), [providers and
 //! adapters](guide::providers), [operations](guide::operations), [testing your
 //! tools](guide::testing) and [performance](guide::performance).

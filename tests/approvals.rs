@@ -156,23 +156,39 @@ async fn approve_runs_exactly_once(target: &Target) {
     awaiting(s.call("refund", args.clone()).await);
     assert_eq!((s.ledger.count(), s.heard.load(Ordering::SeqCst)), (0, 1));
     let status = s.call("refund_status", args.clone()).await.unwrap();
-    assert_eq!(status.value["status"], "awaiting_approval", "{}", status.value);
+    assert_eq!(
+        status.value["status"], "awaiting_approval",
+        "{}",
+        status.value
+    );
     let pending = s.admin.pending(s.tenant(), 10).await.unwrap();
     assert_eq!(pending.len(), 1, "{pending:?}");
     let request = &pending[0];
     assert_eq!(
-        (request.id.tool.as_str(), request.id.key.as_str(), request.revision),
+        (
+            request.id.tool.as_str(),
+            request.id.key.as_str(),
+            request.revision
+        ),
         ("refund", "refund:o-1", 1)
     );
     assert_eq!(request.arguments, args);
     assert_eq!(request.requested_by.run_id, "run-1");
     let decided = s
         .admin
-        .approve(&request.id, request.revision, "ops@example.com", Some("customer called"))
+        .approve(
+            &request.id,
+            request.revision,
+            "ops@example.com",
+            Some("customer called"),
+        )
         .await
         .unwrap();
     let decision = decided.decision.as_ref().unwrap();
-    assert!(decision.approved && decision.by == "ops@example.com", "{decided:?}");
+    assert!(
+        decision.approved && decision.by == "ops@example.com",
+        "{decided:?}"
+    );
     assert_eq!(s.ledger.count(), 0, "approving runs nothing by itself");
     let ran = s.call("refund", args.clone()).await.unwrap();
     assert!(!ran.replayed);
@@ -190,13 +206,22 @@ async fn deny_is_final(target: &Target) {
     s.admin.deny(&id, 1, "ops@example.com", None).await.unwrap();
     for _ in 0..2 {
         let err = s.call("refund", args.clone()).await.unwrap_err();
-        assert!(err.is(ErrorCode::ApprovalDenied) && !err.is_retryable(), "{err:?}");
+        assert!(
+            err.is(ErrorCode::ApprovalDenied) && !err.is_retryable(),
+            "{err:?}"
+        );
     }
     let status = s.call("refund_status", args.clone()).await.unwrap();
-    assert_eq!(status.value["status"], "approval_denied", "{}", status.value);
+    assert_eq!(
+        status.value["status"], "approval_denied",
+        "{}",
+        status.value
+    );
     // A second decision on the same request is refused, naming the first.
     match s.admin.approve(&id, 1, "someone-else", None).await {
-        Err(DecisionRefused::Decided { status, decision, .. }) => {
+        Err(DecisionRefused::Decided {
+            status, decision, ..
+        }) => {
             assert_eq!(status, ApprovalStatus::Denied);
             assert_eq!(decision.unwrap().by, "ops@example.com");
         }
@@ -224,7 +249,9 @@ async fn an_expired_request_never_runs(target: &Target) {
     assert_eq!(all.iter().map(|r| r.revision).collect::<Vec<_>>(), [1, 2]);
     // A page that still shows revision 1 cannot decide revision 2.
     match s.admin.approve(&id, 1, "ops@example.com", None).await {
-        Err(DecisionRefused::Stale { seen: 1, latest: 2, .. }) => {}
+        Err(DecisionRefused::Stale {
+            seen: 1, latest: 2, ..
+        }) => {}
         other => panic!("a stale revision was decided: {other:?}"),
     }
     assert_eq!((s.ledger.count(), s.heard.load(Ordering::SeqCst)), (0, 2));
@@ -236,7 +263,10 @@ async fn an_approval_never_covers_other_arguments(target: &Target) {
     let other = json!({"order": "o-4", "cents": 200_000});
     awaiting(s.call("refund", asked.clone()).await);
     let id = s.id("refund", "refund:o-4");
-    s.admin.approve(&id, 1, "ops@example.com", None).await.unwrap();
+    s.admin
+        .approve(&id, 1, "ops@example.com", None)
+        .await
+        .unwrap();
     let err = s.call("refund", other.clone()).await.unwrap_err();
     assert!(err.is(ErrorCode::Conflict), "{err:?}");
     assert_eq!(s.ledger.count(), 0);
@@ -245,7 +275,10 @@ async fn an_approval_never_covers_other_arguments(target: &Target) {
     s.call("refund", asked.clone()).await.unwrap();
     let err = s.call("refund", other).await.unwrap_err();
     assert!(err.is(ErrorCode::Conflict), "{err:?}");
-    assert_eq!(*s.ledger.made.lock().unwrap(), [("refund o-4".into(), 2_000)]);
+    assert_eq!(
+        *s.ledger.made.lock().unwrap(),
+        [("refund o-4".into(), 2_000)]
+    );
 }
 
 async fn a_call_without_a_key_uses_its_approval_up(target: &Target) {
@@ -255,7 +288,10 @@ async fn a_call_without_a_key_uses_its_approval_up(target: &Target) {
     awaiting(s.call("wire", asked.clone()).await);
     let pending = s.admin.pending(s.tenant(), 10).await.unwrap();
     let id = pending[0].id.clone();
-    s.admin.approve(&id, 1, "ops@example.com", None).await.unwrap();
+    s.admin
+        .approve(&id, 1, "ops@example.com", None)
+        .await
+        .unwrap();
     // Other arguments are another request, never this one.
     awaiting(s.call("wire", other).await);
     assert_eq!(s.ledger.count(), 0);
@@ -264,7 +300,11 @@ async fn a_call_without_a_key_uses_its_approval_up(target: &Target) {
     awaiting(s.call("wire", asked.clone()).await);
     let latest = s.admin.approval(&id).await.unwrap().unwrap();
     assert_eq!((latest.revision, latest.state), (2, ApprovalState::Pending));
-    let used = s.admin.approvals(s.tenant(), Some(ApprovalState::Used), 10).await.unwrap();
+    let used = s
+        .admin
+        .approvals(s.tenant(), Some(ApprovalState::Used), 10)
+        .await
+        .unwrap();
     assert_eq!(used.len(), 1, "{used:?}");
     assert!(used[0].used_at.is_some());
     assert_eq!((s.ledger.count(), s.heard.load(Ordering::SeqCst)), (1, 3));
@@ -272,8 +312,13 @@ async fn a_call_without_a_key_uses_its_approval_up(target: &Target) {
 
 async fn a_rule_sends_only_the_calls_it_names(target: &Target) {
     let s = setup(target);
-    s.call("pay_out", json!({"invoice": "i-1", "cents": 9_000})).await.unwrap();
-    awaiting(s.call("pay_out", json!({"invoice": "i-2", "cents": 12_000})).await);
+    s.call("pay_out", json!({"invoice": "i-1", "cents": 9_000}))
+        .await
+        .unwrap();
+    awaiting(
+        s.call("pay_out", json!({"invoice": "i-2", "cents": 12_000}))
+            .await,
+    );
     assert_eq!((s.ledger.count(), s.heard.load(Ordering::SeqCst)), (1, 1));
 }
 
@@ -288,9 +333,16 @@ async fn racing_calls_open_one_request_and_run_once(target: &Target) {
     for call in calls {
         awaiting(call.await.unwrap());
     }
-    assert_eq!(s.heard.load(Ordering::SeqCst), 1, "16 racing calls open one request");
+    assert_eq!(
+        s.heard.load(Ordering::SeqCst),
+        1,
+        "16 racing calls open one request"
+    );
     let id = s.id("refund", "refund:o-5");
-    s.admin.approve(&id, 1, "ops@example.com", None).await.unwrap();
+    s.admin
+        .approve(&id, 1, "ops@example.com", None)
+        .await
+        .unwrap();
     let calls: Vec<_> = (0..16).map(|_| race(s.clone())).collect();
     let mut ran = 0;
     for call in calls {
@@ -305,7 +357,10 @@ async fn racing_calls_open_one_request_and_run_once(target: &Target) {
 
 async fn tenants_see_nothing_of_each_other(target: &Target) {
     let s = setup(target);
-    awaiting(s.call("refund", json!({"order": "o-6", "cents": 100})).await);
+    awaiting(
+        s.call("refund", json!({"order": "o-6", "cents": 100}))
+            .await,
+    );
     let other = format!("{}-other", s.tenant());
     assert!(s.admin.pending(&other, 10).await.unwrap().is_empty());
     let theirs = ApprovalKey::new(other, "refund", "refund:o-6");
@@ -400,7 +455,10 @@ async fn toolkey(url: &str, args: &[&str]) -> (toolkey_cli::Exit, String) {
     line.extend_from_slice(args);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let exit = toolkey_cli::run(line, &mut out, &mut err).await;
-    let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+    let (out, err) = (
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    );
     assert!(err.is_empty(), "{err}");
     (exit, out)
 }
@@ -436,7 +494,14 @@ async fn decided_from_the_command_line(url: &str, store: Arc<dyn Store>) {
     assert_eq!(keys, ["refund:o-7", "refund:o-8"], "{listed}");
     assert_eq!(listed[0]["status"], "pending");
     assert_eq!(listed[0]["revision"], 1);
-    let request = ["--tenant", &tenant, "--tool", "refund", "--key", "refund:o-7"];
+    let request = [
+        "--tenant",
+        &tenant,
+        "--tool",
+        "refund",
+        "--key",
+        "refund:o-7",
+    ];
     let decide = |verb: &'static str, revision: &'static str| {
         let mut line = vec!["approvals", verb];
         line.extend_from_slice(&request);
@@ -459,13 +524,29 @@ async fn decided_from_the_command_line(url: &str, store: Arc<dyn Store>) {
     assert_eq!(shown["status"], "approved", "{shown}");
     assert_eq!(shown["decision"]["by"], "ops@example.com", "{shown}");
     call(json!({"order": "o-7", "cents": 100})).await.unwrap();
-    let other = ["--tenant", &tenant, "--tool", "refund", "--key", "refund:o-8"];
+    let other = [
+        "--tenant",
+        &tenant,
+        "--tool",
+        "refund",
+        "--key",
+        "refund:o-8",
+    ];
     let mut deny = vec!["approvals", "deny"];
     deny.extend_from_slice(&other);
-    deny.extend_from_slice(&["--revision", "1", "--by", "ops@example.com", "--reason", "duplicate"]);
+    deny.extend_from_slice(&[
+        "--revision",
+        "1",
+        "--by",
+        "ops@example.com",
+        "--reason",
+        "duplicate",
+    ]);
     let (exit, out) = toolkey(url, &deny).await;
     assert_eq!(exit, Exit::Done, "{out}");
-    let err = call(json!({"order": "o-8", "cents": 200})).await.unwrap_err();
+    let err = call(json!({"order": "o-8", "cents": 200}))
+        .await
+        .unwrap_err();
     assert!(err.is(ErrorCode::ApprovalDenied), "{err:?}");
     let (exit, out) = toolkey(url, &["--json", "approvals", "list", "--tenant", &tenant]).await;
     assert_eq!((exit, out.trim()), (Exit::Done, "[]"));

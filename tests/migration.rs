@@ -351,7 +351,10 @@ async fn approvals_after_migration(store: Arc<dyn Store>) {
         .unwrap();
     let ctx = ToolContext::new("run-1").with_tenant(format!("migrated-{}", uuid::Uuid::new_v4()));
     let args = json!({"order": "o-1"});
-    let err = toolbox.call("refund", args.clone(), &ctx).await.unwrap_err();
+    let err = toolbox
+        .call("refund", args.clone(), &ctx)
+        .await
+        .unwrap_err();
     assert!(err.is(toolkey::ErrorCode::AwaitingApproval), "{err:?}");
     let id = toolkey::store::ApprovalKey::new(ctx.tenant().unwrap(), "refund", "refund:o-1");
     toolbox.admin().approve(&id, 1, "ops", None).await.unwrap();

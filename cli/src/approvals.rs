@@ -149,7 +149,10 @@ async fn decide(
     let word = if approved { "approved" } else { "denied" };
     match decided {
         Ok(request) if as_json => {
-            let now = request.decision.as_ref().map_or(request.requested_at, |d| d.at);
+            let now = request
+                .decision
+                .as_ref()
+                .map_or(request.requested_at, |d| d.at);
             writeln!(out, "{}", json!({"decided": request_json(&request, now)}))?;
             Ok(Exit::Done)
         }
@@ -189,7 +192,12 @@ fn write_request(out: &mut dyn Write, r: &Approval, now: SystemTime) -> std::io:
         None => format!("run {}", r.requested_by.run_id),
     };
     writeln!(out, "asked by:    {by}, {}", ago(now, r.requested_at))?;
-    writeln!(out, "expires:     {} ({})", time(r.expires_at), ago(now, r.expires_at))?;
+    writeln!(
+        out,
+        "expires:     {} ({})",
+        time(r.expires_at),
+        ago(now, r.expires_at)
+    )?;
     if let Some(d) = &r.decision {
         let what = if d.approved { "approved" } else { "denied" };
         writeln!(out, "decision:    {what} by {} at {}", d.by, time(d.at))?;

@@ -299,7 +299,11 @@ async fn approval_status(
     use crate::store::{ApprovalKey, ApprovalStatus};
     let id = ApprovalKey::new(ctx.scope(), target, key.as_str());
     let store = exec.store();
-    let Some(request) = store.latest_approval(&id).await.map_err(StoreError::refusal)? else {
+    let Some(request) = store
+        .latest_approval(&id)
+        .await
+        .map_err(StoreError::refusal)?
+    else {
         return Ok(None);
     };
     let now = store.now().await.map_err(StoreError::refusal)?;

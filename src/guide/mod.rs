@@ -6,6 +6,9 @@ pub mod keys {}
 #[doc = include_str!("steps.md")]
 pub mod steps {}
 
+#[doc = include_str!("approvals.md")]
+pub mod approvals {}
+
 #[doc = include_str!("stores.md")]
 pub mod stores {}
 

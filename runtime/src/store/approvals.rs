@@ -172,7 +172,11 @@ pub struct Approval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// When its call ran, for a request that is used up.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "maybe_millis")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "maybe_millis"
+    )]
     pub used_at: Option<SystemTime>,
 }
 

@@ -7,7 +7,11 @@ use crate::{ErrorCode, ToolError};
 
 /// The call waits for a person's decision on its request (`revision`), which stays open until
 /// `expires_at`. Nothing ran.
-pub(crate) fn awaiting_approval(def: Named<'_>, revision: u64, expires_at: SystemTime) -> ToolError {
+pub(crate) fn awaiting_approval(
+    def: Named<'_>,
+    revision: u64,
+    expires_at: SystemTime,
+) -> ToolError {
     let follow = match def.status {
         Some(status) => format!(
             ", or call `{status}` with the same arguments, which answers `awaiting_approval` until then"

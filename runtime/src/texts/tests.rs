@@ -71,7 +71,11 @@ fn every_error() -> Vec<ToolError> {
         ),
         no_such_tool(NO_TOOL_NAMED.into(), ["send_invoice"]),
         not_approved("wire_money"),
-        awaiting_approval(named(Some("refund_status")), 3, since + Duration::from_secs(3600)),
+        awaiting_approval(
+            named(Some("refund_status")),
+            3,
+            since + Duration::from_secs(3600),
+        ),
         awaiting_approval(named(None), 1, since),
         approval_denied(named(None), 2),
         approval_conflict(named(None), 4, "approved"),

@@ -66,9 +66,7 @@ fn settings(e: &Expansion) -> TokenStream {
     let concurrency = tool
         .concurrency
         .map(|n| quote!(__settings.concurrency = ::core::num::NonZeroUsize::new(#n);));
-    let approval = tool
-        .approval
-        .then(|| quote!(__settings.approval = true;));
+    let approval = tool.approval.then(|| quote!(__settings.approval = true;));
     quote! {
         #[allow(unused_mut)]
         let mut __settings = #tk::Settings::default();

@@ -54,9 +54,10 @@ impl Ctx {
 pub(super) async fn approvals_open_one_revision_at_a_time(cx: Ctx) -> Result<(), String> {
     let id = cx.approval_key("open");
     let store = &cx.store;
-    ensure(store.latest_approval(&id).await.map_err(err)?.is_none(), || {
-        "a key without requests has a latest one".into()
-    })?;
+    ensure(
+        store.latest_approval(&id).await.map_err(err)?.is_none(),
+        || "a key without requests has a latest one".into(),
+    )?;
     let first = request(&id, 1, &fp(1));
     ensure(store.open_approval(&first).await.map_err(err)?, || {
         "the first revision of a new key was not written".into()
@@ -64,9 +65,13 @@ pub(super) async fn approvals_open_one_revision_at_a_time(cx: Ctx) -> Result<(),
     ensure(!store.open_approval(&first).await.map_err(err)?, || {
         "revision 1 was written twice".into()
     })?;
-    ensure(!store.open_approval(&request(&id, 3, &fp(3))).await.map_err(err)?, || {
-        "revision 3 was written while revision 1 was the latest".into()
-    })?;
+    ensure(
+        !store
+            .open_approval(&request(&id, 3, &fp(3)))
+            .await
+            .map_err(err)?,
+        || "revision 3 was written while revision 1 was the latest".into(),
+    )?;
     let latest = store.latest_approval(&id).await.map_err(err)?;
     ensure(latest.as_ref() == Some(&first), || {
         format!("the latest request read {latest:?}, not the one written: {first:?}")
@@ -117,7 +122,11 @@ pub(super) async fn a_decision_applies_only_from_the_state_read(cx: Ctx) -> Resu
     let (store_a, approve) = (store.clone(), decided(&pending, true));
     let (store_b, deny) = (store.clone(), decided(&pending, false));
     let (a, b) = tokio::join!(
-        tokio::spawn(async move { store_a.update_approval(&approve, ApprovalState::Pending).await }),
+        tokio::spawn(async move {
+            store_a
+                .update_approval(&approve, ApprovalState::Pending)
+                .await
+        }),
         tokio::spawn(async move { store_b.update_approval(&deny, ApprovalState::Pending).await }),
     );
     let a = a.map_err(|e| e.to_string())?.map_err(err)?;
@@ -143,9 +152,10 @@ pub(super) async fn a_decision_applies_only_from_the_state_read(cx: Ctx) -> Resu
     used.state = ApprovalState::Used;
     used.used_at = Some(expected.requested_at + Duration::from_secs(120));
     let from = expected.state;
-    ensure(store.update_approval(&used, from).await.map_err(err)?, || {
-        format!("a request in state {from:?} was not updated from it")
-    })?;
+    ensure(
+        store.update_approval(&used, from).await.map_err(err)?,
+        || format!("a request in state {from:?} was not updated from it"),
+    )?;
     let missing = request(&id, 7, &fp(1));
     ensure(
         !store
@@ -170,7 +180,10 @@ pub(super) async fn approvals_are_listed_in_order_per_tenant(cx: Ctx) -> Result<
     ];
     for id in &ids {
         ensure(
-            store.open_approval(&request(id, 1, &fp(1))).await.map_err(err)?,
+            store
+                .open_approval(&request(id, 1, &fp(1)))
+                .await
+                .map_err(err)?,
             || format!("{id:?} was not opened"),
         )?;
     }
@@ -191,12 +204,20 @@ pub(super) async fn approvals_are_listed_in_order_per_tenant(cx: Ctx) -> Result<
             store
                 .list_approvals(&tenant, state, after, limit)
                 .await
-                .map(|all| all.into_iter().map(|r| r.id.key.clone() + "@" + &r.id.tool).collect::<Vec<_>>())
+                .map(|all| {
+                    all.into_iter()
+                        .map(|r| r.id.key.clone() + "@" + &r.id.tool)
+                        .collect::<Vec<_>>()
+                })
                 .map_err(err)
         }
     };
     let all = listed(None, None, 10).await?;
-    let order = ["conformance:a:x@refund", "conformance:b@refund", "conformance:b@wire"];
+    let order = [
+        "conformance:a:x@refund",
+        "conformance:b@refund",
+        "conformance:b@wire",
+    ];
     ensure(all == order, || {
         format!("listed {all:?}, expected by tool, then key: {order:?}")
     })?;
@@ -207,7 +228,10 @@ pub(super) async fn approvals_are_listed_in_order_per_tenant(cx: Ctx) -> Result<
     })?;
     let pending = listed(Some(ApprovalState::Pending), None, 10).await?;
     ensure(pending == order[..2], || {
-        format!("pending requests listed {pending:?}, the denied one left out: {:?}", &order[..2])
+        format!(
+            "pending requests listed {pending:?}, the denied one left out: {:?}",
+            &order[..2]
+        )
     })?;
     let lookalike = format!("{}-other", cx.tenant);
     let other = store
