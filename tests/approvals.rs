@@ -71,6 +71,21 @@ async fn wire(
     Ok(ledger.make(format!("wire {to}"), cents))
 }
 
+/// Tip a courier; no business identity, so the key is the call's place in the run.
+#[tool(
+    idempotent(key = "tip:<ctx.run_id>:<ctx.step>", status = false),
+    approval
+)]
+async fn tip(
+    ledger: State<Ledger>,
+    ctx: &ToolContext,
+    /// The amount in cents.
+    cents: i64,
+) -> Result<Value, ToolError> {
+    let _ = ctx;
+    Ok(ledger.make("tip".into(), cents))
+}
+
 type Pass = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// One store under test, and how time passes on it.
@@ -78,6 +93,9 @@ type Pass = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 struct Target {
     store: Arc<dyn Store>,
     pass: Pass,
+    /// How long a request waits: short on a clock the test moves, long enough on a server's
+    /// for a scenario's decisions to land before it (a listing walks the server's keyspace).
+    expiry: Duration,
 }
 
 /// A toolbox over `target` with its ledger, the count of requests its hook heard of, and an
@@ -91,7 +109,11 @@ struct Setup {
     target: Target,
 }
 
+/// A request's expiry on a clock the test moves.
 const EXPIRY: Duration = Duration::from_millis(400);
+
+/// A request's expiry on a server's clock.
+const SERVER_EXPIRY: Duration = Duration::from_secs(5);
 
 fn setup(target: &Target) -> Setup {
     let ledger = Arc::new(Ledger::default());
@@ -103,13 +125,14 @@ fn setup(target: &Target) -> Setup {
         .tool(Refund)
         .tool(PayOut)
         .tool(Wire)
+        .tool(Tip)
         .require_approval(|tool, args| {
             tool == "pay_out" && args["cents"].as_i64().is_some_and(|cents| cents > 10_000)
         })
         .on_approval_request(move |_| {
             hook.fetch_add(1, Ordering::SeqCst);
         })
-        .approval_expiry(EXPIRY)
+        .approval_expiry(target.expiry)
         .build()
         .unwrap();
     let tenant = format!("approvals-{}", uuid::Uuid::new_v4().simple());
@@ -234,7 +257,7 @@ async fn an_expired_request_never_runs(target: &Target) {
     let s = setup(target);
     let args = json!({"order": "o-3", "cents": 700});
     awaiting(s.call("refund", args.clone()).await);
-    s.pass(EXPIRY + EXPIRY / 2).await;
+    s.pass(target.expiry + target.expiry / 5).await;
     let id = s.id("refund", "refund:o-3");
     match s.admin.approve(&id, 1, "ops@example.com", None).await {
         Err(DecisionRefused::Expired { revision: 1 }) => {}
@@ -372,7 +395,31 @@ async fn tenants_see_nothing_of_each_other(target: &Target) {
     assert_eq!(s.ledger.count(), 0);
 }
 
+async fn a_call_keyed_on_its_step_uses_its_approval_up(target: &Target) {
+    let s = setup(target);
+    let args = json!({"cents": 300});
+    let call = |step| {
+        let (toolbox, args) = (s.toolbox.clone(), args.clone());
+        let ctx = s.ctx.clone().with_step(step);
+        async move { toolbox.call("tip", args, &ctx).await }
+    };
+    awaiting(call(1).await);
+    let pending = s.admin.pending(s.tenant(), 10).await.unwrap();
+    s.admin
+        .approve(&pending[0].id, 1, "ops@example.com", None)
+        .await
+        .unwrap();
+    // The model's call after the decision has a step of its own: it runs, once.
+    assert!(!call(2).await.unwrap().replayed);
+    // That step again is its record's replay, not a new approval.
+    assert!(call(2).await.unwrap().replayed);
+    // A later step is a new action: it waits for a new decision.
+    awaiting(call(3).await);
+    assert_eq!((s.ledger.count(), s.heard.load(Ordering::SeqCst)), (1, 2));
+}
+
 async fn every_scenario(target: Target) {
+    a_call_keyed_on_its_step_uses_its_approval_up(&target).await;
     approve_runs_exactly_once(&target).await;
     deny_is_final(&target).await;
     an_expired_request_never_runs(&target).await;
@@ -381,6 +428,26 @@ async fn every_scenario(target: Target) {
     a_rule_sends_only_the_calls_it_names(&target).await;
     racing_calls_open_one_request_and_run_once(&target).await;
     tenants_see_nothing_of_each_other(&target).await;
+}
+
+#[tokio::test]
+async fn a_hook_that_panics_costs_the_call_nothing() {
+    let ledger = Arc::new(Ledger::default());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let toolbox = Toolbox::builder()
+        .shared_store(store.clone())
+        .shared_state(ledger.clone())
+        .tool(Refund)
+        .on_approval_request(|_| panic!("the pager is down"))
+        .build()
+        .unwrap();
+    let ctx = ToolContext::new("run-1").with_tenant("acme");
+    let args = json!({"order": "o-9", "cents": 100});
+    awaiting(toolbox.call("refund", args.clone(), &ctx).await);
+    let admin = Admin::new(store);
+    assert_eq!(admin.pending("acme", 10).await.unwrap().len(), 1);
+    awaiting(toolbox.call("refund", args, &ctx).await);
+    assert_eq!(ledger.count(), 0);
 }
 
 fn sleeping() -> Pass {
@@ -395,7 +462,12 @@ async fn on_the_memory_store() {
         clock.advance(d);
         Box::pin(async {})
     });
-    every_scenario(Target { store, pass }).await;
+    every_scenario(Target {
+        store,
+        pass,
+        expiry: EXPIRY,
+    })
+    .await;
 }
 
 #[cfg(feature = "sqlite")]
@@ -413,6 +485,7 @@ async fn on_the_sqlite_store() {
     every_scenario(Target {
         store: Arc::new(store),
         pass,
+        expiry: EXPIRY,
     })
     .await;
 }
@@ -429,6 +502,7 @@ async fn on_the_postgres_store() {
     every_scenario(Target {
         store: Arc::new(store),
         pass: sleeping(),
+        expiry: SERVER_EXPIRY,
     })
     .await;
 }
@@ -445,6 +519,7 @@ async fn on_the_redis_store() {
     every_scenario(Target {
         store: Arc::new(store),
         pass: sleeping(),
+        expiry: SERVER_EXPIRY,
     })
     .await;
 }
@@ -468,7 +543,11 @@ async fn toolkey(url: &str, args: &[&str]) -> (toolkey_cli::Exit, String) {
 async fn decided_from_the_command_line(url: &str, store: Arc<dyn Store>) {
     use toolkey_cli::Exit;
     let pass = sleeping();
-    let s = setup(&Target { store, pass });
+    let s = setup(&Target {
+        store,
+        pass,
+        expiry: SERVER_EXPIRY,
+    });
     let toolbox = Toolbox::builder()
         .shared_store(s.target.store.clone())
         .shared_state(s.ledger.clone())

@@ -174,7 +174,13 @@ impl Gate {
                 "approval requested"
             );
             for hook in &self.hooks {
-                hook(&request);
+                // A hook that panics must not cost the call its answer: the request is
+                // recorded, and a person can still find it.
+                let told =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&request)));
+                if told.is_err() {
+                    tracing::error!(tool = %def.name, "an approval request hook panicked");
+                }
             }
             return Err(texts::awaiting_approval(
                 def.named(),

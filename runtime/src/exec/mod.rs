@@ -40,7 +40,7 @@ use crate::lease::{Recorder, ShutdownReport, What};
 use crate::observe::{self, Observed, ToolTelemetry};
 use crate::reservation::panicked;
 use crate::stats::{Counters, Stats};
-use crate::store::{Record, RecordKey, RecordKeyRef, Store};
+use crate::store::{Record, RecordKey, RecordKeyRef, Store, StoreError};
 use crate::story::Story;
 use crate::texts;
 use crate::tool::{Call, Invocation, Tool, ToolDefinition};
@@ -243,7 +243,8 @@ impl Executor {
     /// Meets the approval a call needs: bound to its key, or for a call without one (or a key
     /// new at every call) to the fingerprint of its whole arguments, used up by one run. A
     /// keyed call whose completed record this process holds is a replay or `CONFLICT`, runs
-    /// nothing, and is let through to be answered so.
+    /// nothing, and is let through to be answered so; so is a call keyed on its step whose
+    /// record exists (the retry of a step that ran).
     async fn admit(
         &self,
         def: &ToolDefinition,
@@ -264,7 +265,29 @@ impl Executor {
                     once: false,
                 }
             }
-            _ => {
+            Some((key, _)) => {
+                // A key new at every call: a retry of the same step finds its record, and is
+                // answered by it (replay, CONFLICT, IN_PROGRESS) without another approval.
+                let rkey = RecordKey::new(ctx.scope(), key.as_str());
+                if self
+                    .store
+                    .get(&rkey)
+                    .await
+                    .map_err(StoreError::refusal)?
+                    .is_some()
+                {
+                    return Ok(());
+                }
+                whole = crate::Fingerprint::of(args)
+                    .map_err(|e| texts::unfingerprintable(&e.to_string()))?
+                    .to_hex();
+                Bound {
+                    key: &whole,
+                    fingerprint: whole.clone(),
+                    once: true,
+                }
+            }
+            None => {
                 whole = crate::Fingerprint::of(args)
                     .map_err(|e| texts::unfingerprintable(&e.to_string()))?
                     .to_hex();
