@@ -474,6 +474,11 @@ impl<S: Store> FailureCounters for FaultyStore<S> {
     }
 }
 
+// Approval requests pass through untouched: the faults injected are the call path's.
+impl<S: Store> crate::store::Approvals for FaultyStore<S> {
+    crate::store::forward!(Approvals to inner);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,9 +584,4 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(5));
         assert_eq!(store.injected().delayed, 1);
     }
-}
-
-// Approval requests pass through untouched: the faults injected are the call path's.
-impl<S: Store> crate::store::Approvals for FaultyStore<S> {
-    crate::store::forward!(Approvals to inner);
 }
