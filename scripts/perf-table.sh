@@ -108,12 +108,15 @@ fi
 if [ -s "$out/history.txt" ]; then
   for store in memory sqlite postgres redis; do
     if grep -qF "history/$store: a replay through Toolbox::call" "$out/history.txt"; then
+      case $store in
+        memory) name="memory store" ;; sqlite) name=SQLite ;; postgres) name=PostgreSQL ;; redis) name=Redis ;;
+      esac
       if [ "$store" != memory ]; then
         IFS='|' read -r r a b <<<"$(ratio history "history/$store: a replay through Toolbox::call, 1000000 expired records held, against a raw")"
-        row "$store: a replay with a million expired records held, against a raw primary-key read of its outcome" "through \`Toolbox::call\`, side by side" "≤ 1.5×" "${r}× ($a against $b)" "$(met "$r" 1.5)"
+        row "$name: a replay with a million expired records held, against a raw primary-key read of its outcome" "through \`Toolbox::call\`, side by side" "≤ 1.5×" "${r}× ($a against $b)" "$(met "$r" 1.5)"
       fi
       IFS='|' read -r r a b <<<"$(ratio history "history/$store: a first call through Toolbox::call, 1000000 expired records")"
-      row "$store: a first call with a million expired records held, against one on an empty store" "through \`Toolbox::call\`, side by side" "≤ 1.1×" "${r}× ($a against $b)" "$(met "$r" 1.1)"
+      row "$name: a first call with a million expired records held, against one on an empty store" "through \`Toolbox::call\`, side by side" "≤ 1.1×" "${r}× ($a against $b)" "$(met "$r" 1.1)"
     fi
   done
 fi
