@@ -379,11 +379,16 @@ fn postgres(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
 }
 
 fn redis_store(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
-    // The history under a prefix of the bench's own in database 0; the empty store in a
-    // database of its own (15), so that its keyspace holds none of the history.
+    // The history and the empty store each in a database of its own (14 and 15), under a
+    // prefix of the bench's own: the empty store's keyspace holds none of the history, and a
+    // `SCAN` of database 0 by other work does not walk it.
     const PREFIX: &str = "toolkey-history-bench";
+    const HISTORY_URL: &str = "redis://127.0.0.1:6379/14";
     const EMPTY_URL: &str = "redis://127.0.0.1:6379/15";
-    let mut conn = rt.block_on(connect()).2.redis;
+    let mut conn = rt.block_on(async {
+        let client = redis::Client::open(HISTORY_URL).unwrap();
+        redis::aio::ConnectionManager::new(client).await.unwrap()
+    });
     let script = redis::Script::new(
         r#"
         for n = tonumber(ARGV[1]), tonumber(ARGV[2]) do
@@ -396,7 +401,7 @@ fn redis_store(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         return 1
         "#,
     );
-    rt.block_on(clear_redis(PREFIX, &[REDIS_URL, EMPTY_URL]));
+    rt.block_on(clear_redis(PREFIX, &[REDIS_URL, HISTORY_URL, EMPTY_URL]));
     let records = records();
     let batches = || {
         (0..records)
@@ -419,7 +424,7 @@ fn redis_store(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
         }
     });
     let (history, empty) = rt.block_on(async {
-        let history = RedisStore::builder(REDIS_URL).prefix(PREFIX).connect();
+        let history = RedisStore::builder(HISTORY_URL).prefix(PREFIX).connect();
         let empty = RedisStore::builder(EMPTY_URL).prefix(PREFIX).connect();
         (history.await.unwrap(), empty.await.unwrap())
     });
@@ -451,7 +456,7 @@ fn redis_store(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     };
     pair.measure(c, Some(&raw), 200, 100);
     drop(pair);
-    rt.block_on(clear_redis(PREFIX, &[REDIS_URL, EMPTY_URL]));
+    rt.block_on(clear_redis(PREFIX, &[REDIS_URL, HISTORY_URL, EMPTY_URL]));
 }
 
 /// Every key under `prefix` in the database at `url`, found by `SCAN` (whose steps each answer
