@@ -102,3 +102,21 @@ if have stores; then
   IFS='|' read -r r a b <<<"$(ratio stores 'sqlite replay, the store against the raw SELECT')"
   row "SQLite: a replay, against a raw indexed \`SELECT\` of the outcome" "below \`Toolbox::call\` (the store), side by side" "≤ 2×" "${r}× ($a against $b)" "$(met "$r" 2)"
 fi
+# The history bench fills each store with a million expired records, minutes of work: the script
+# does not run it, but prints its rows when its output was saved by hand as
+# target/perf/history.txt (`TOOLKEY_BENCH_RATIOS=1 cargo bench ... --bench history`).
+if [ -s "$out/history.txt" ]; then
+  for store in memory sqlite postgres redis; do
+    if grep -qF "history/$store: a replay through Toolbox::call" "$out/history.txt"; then
+      case $store in
+        memory) name="memory store" ;; sqlite) name=SQLite ;; postgres) name=PostgreSQL ;; redis) name=Redis ;;
+      esac
+      if [ "$store" != memory ]; then
+        IFS='|' read -r r a b <<<"$(ratio history "history/$store: a replay through Toolbox::call, 1000000 expired records held, against a raw")"
+        row "$name: a replay with a million expired records held, against a raw primary-key read of its outcome" "through \`Toolbox::call\`, side by side" "≤ 1.5×" "${r}× ($a against $b)" "$(met "$r" 1.5)"
+      fi
+      IFS='|' read -r r a b <<<"$(ratio history "history/$store: a first call through Toolbox::call, 1000000 expired records")"
+      row "$name: a first call with a million expired records held, against one on an empty store" "through \`Toolbox::call\`, side by side" "≤ 1.1×" "${r}× ($a against $b)" "$(met "$r" 1.1)"
+    fi
+  done
+fi

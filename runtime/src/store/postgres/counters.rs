@@ -26,13 +26,14 @@ impl FailureCounters for PostgresStore {
         let row = self
             .failures_query(&self.sql.failures, &[&key.tenant, &key.key])
             .await?;
-        let failures: i64 = match row {
+        // No row, or a counter whose window ended (NULL): no failures.
+        let failures: Option<i64> = match row {
             Some(row) => row
                 .try_get(0)
                 .map_err(|e| StoreError::Unavailable(describe(&e)))?,
-            None => 0,
+            None => None,
         };
-        Ok(failures.max(0) as u64)
+        Ok(failures.unwrap_or(0).max(0) as u64)
     }
 
     async fn clear_failures(&self, key: &RecordKey) -> Result<(), StoreError> {

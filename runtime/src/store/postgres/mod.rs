@@ -48,13 +48,14 @@ const RESERVE_ATTEMPTS: usize = 8;
 /// so workers on machines with skewed clocks agree.
 ///
 /// Each operation is one statement in its own READ COMMITTED transaction; no transaction is held
-/// while a tool body runs. `reserve` is `INSERT ... ON CONFLICT DO UPDATE ... WHERE <the old
-/// record is completed and expired, or resolved as not done> RETURNING`, and only when that
-/// inserted nothing, a read of the record that is there. `complete`, `release`, `renew` and
-/// `mark_unknown` are single statements fenced by `WHERE token = $n AND state IN ('in_progress',
-/// 'not_done')`; `take_over` is one conditional `UPDATE`,
-/// so of several workers naming a stale token exactly one wins the row lock and the others find
-/// the token changed.
+/// while a tool body runs. `reserve` is one statement: an `UPDATE` of the key's row when it is
+/// completed and expired, or resolved as not done; else an `INSERT ... ON CONFLICT DO NOTHING`;
+/// else a read of the record that is there. Every lookup goes through the primary key alone, so
+/// its cost does not grow with the expired records a purge has not yet removed. `complete`,
+/// `release`, `renew` and `mark_unknown` are single statements fenced by `WHERE token = $n AND
+/// state IN ('in_progress', 'not_done')`; `take_over` is one conditional `UPDATE`, so of several
+/// workers naming a stale token exactly one wins the row lock and the others find the token
+/// changed.
 ///
 /// Connections come from a [deadpool-postgres](deadpool_postgres) pool: a single
 /// `tokio_postgres::Client` would queue every call behind the slowest and die with its socket;
@@ -450,4 +451,14 @@ fn with_causes(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+impl PostgresStore {
+    /// The text of the reserve statement (parameters: tenant, key, token, fingerprint, lease in
+    /// ms, tool), for the test that reads its plan.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn __reserve_statement(&self) -> &str {
+        &self.sql.reserve
+    }
 }

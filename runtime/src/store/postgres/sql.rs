@@ -95,6 +95,15 @@ impl Sql {
         let f = qualify(&format!("\"{}_failures\"", table.name));
         let f_index = format!("\"{}_failures_ends\"", table.name);
         let after = |ms: &str| format!("{NOW} + {ms}::int8 * interval '1 millisecond'");
+        // Expiry and counter windows are judged on the row the primary key found, inside a
+        // CASE that no index matches: the only index a statement's WHERE leaves the planner is
+        // the primary key, so a lookup reads one key's entries however many expired records
+        // or ended counters wait for a purge, on a table never analysed.
+        let replaceable = format!(
+            "CASE state WHEN '{COMPLETED}' THEN expires_at <= {NOW} WHEN '{NOT_DONE}' THEN true
+                 ELSE false END"
+        );
+        let live_failures = format!("CASE WHEN ends_at > {NOW} THEN failures END");
         Sql {
             approvals: super::approvals::ApprovalSql::new(
                 &qualify(&format!("\"{}_approvals\"", table.name)),
@@ -129,9 +138,7 @@ impl Sql {
                  RETURNING failures",
                 window = after("$3"),
             ),
-            failures: format!(
-                "SELECT failures FROM {f} WHERE tenant = $1 AND key = $2 AND ends_at > {NOW}"
-            ),
+            failures: format!("SELECT {live_failures} FROM {f} WHERE tenant = $1 AND key = $2"),
             clear_failures: format!("DELETE FROM {f} WHERE tenant = $1 AND key = $2"),
             failures_table: f.clone(),
             versions: qualify("toolkey_schema_version"),
@@ -164,8 +171,7 @@ impl Sql {
                          state = '{IN_PROGRESS}', token = $3, fingerprint = $4, since = {NOW}, tool = $6,
                          lease_until = {NOW} + $5::int8 * interval '1 millisecond',
                          outcome = NULL, completed_at = NULL, expires_at = NULL
-                     WHERE tenant = $1 AND key = $2
-                       AND ((state = '{COMPLETED}' AND expires_at <= {NOW}) OR state = '{NOT_DONE}')
+                     WHERE tenant = $1 AND key = $2 AND {replaceable}
                      RETURNING 1
                  ), inserted AS (
                      INSERT INTO {t} (tenant, key, state, token, fingerprint, since, lease_until, tool)
@@ -177,7 +183,7 @@ impl Sql {
                  )
                  SELECT true, NULL::text, NULL::text, NULL::text, NULL::int8, NULL::int8,
                         NULL::text, NULL::int8, NULL::int8, NULL::int8, NULL::text,
-                        (SELECT failures FROM {f} WHERE tenant = $1 AND key = $2 AND ends_at > {NOW})
+                        (SELECT {live_failures} FROM {f} WHERE tenant = $1 AND key = $2)
                  FROM reserved
                  UNION ALL
                  SELECT false, {columns}, NULL::int8
