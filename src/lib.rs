@@ -133,7 +133,7 @@ pub use toolkey_runtime::__private::serde_json::Value;
 pub use toolkey_runtime::{
     Annotations, ApprovalRequest, Approver, BuildError, ErrorCode, Fingerprint, IdempotencyKey,
     KeyPart, KeyPartWriter, RetryLimit, Settings, State, Stats, Story, Tool, ToolContext,
-    ToolDefinition, ToolError, ToolOutput, Toolbox, ToolboxBuilder, MAX_KEY_BYTES,
+    ToolDefinition, ToolError, ToolOutput, Toolbox, ToolboxBuilder, TxBody, MAX_KEY_BYTES,
 };
 
 #[doc(inline)]

@@ -420,7 +420,7 @@ fn after_steps(def: &ToolDefinition, scope: &OnceScope, err: ToolError) -> ToolE
 
 /// `CONFLICT`: the key's record was made by a call with other arguments, which `other` says
 /// ran, runs, or left its outcome unknown.
-fn conflict(
+pub(super) fn conflict(
     exec: &Executor,
     def: &ToolDefinition,
     log_key: &dyn std::fmt::Display,
@@ -433,7 +433,7 @@ fn conflict(
 }
 
 /// The recorded outcome, replayed.
-fn replay(
+pub(super) fn replay(
     exec: &Executor,
     def: &ToolDefinition,
     log_key: &dyn std::fmt::Display,
@@ -594,7 +594,7 @@ async fn clear_failures(
     }
 }
 
-fn poll_interval(wait: Option<Duration>) -> Duration {
+pub(super) fn poll_interval(wait: Option<Duration>) -> Duration {
     let wait = wait.unwrap_or_default();
     (wait / 20).clamp(Duration::from_millis(5), Duration::from_millis(100))
 }

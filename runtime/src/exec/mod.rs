@@ -29,6 +29,7 @@ mod keyed;
 mod limits;
 #[cfg(test)]
 mod tests;
+mod transactional;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -116,6 +117,8 @@ pub(crate) struct Executor {
     shutdown_grace: Duration,
     limits: Limits,
     telemetry: observe::Options,
+    /// The database of the store, for transactional tools; `None` when the store is not one.
+    transactions: Option<crate::store::transaction::Transactions>,
 }
 
 impl Executor {
@@ -139,7 +142,17 @@ impl Executor {
             shutdown_grace,
             limits: Limits::default(),
             telemetry,
+            transactions: None,
         }
+    }
+
+    /// Runs transactional tools' calls in `transactions`, the database of the store.
+    pub(crate) fn with_transactions(
+        mut self,
+        transactions: Option<crate::store::transaction::Transactions>,
+    ) -> Executor {
+        self.transactions = transactions;
+        self
     }
 
     /// Opens the span of one call of `tool` (see [`observe`]).
@@ -377,7 +390,9 @@ impl Executor {
     {
         let (exec, ctx, observed) = (self.clone(), ctx.clone(), observed.clone());
         Box::pin(async move {
-            let answer = if def.story == Story::Idempotent {
+            let answer = if call.tx.is_some() {
+                transactional::run(exec, def, call, rkey, ctx).await
+            } else if def.story == Story::Idempotent {
                 keyed::run(exec, def, observed.tool_name(), call, rkey, ctx, slot).await
             } else {
                 let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;

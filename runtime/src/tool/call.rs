@@ -23,6 +23,8 @@ pub struct Call {
     /// For a key on the call's place in the run: the key at one fixed place, under which (with
     /// the fingerprint) the retry limit counts the call's failures.
     pub(crate) limit_key: Option<IdempotencyKey>,
+    /// A transactional call's body, run in place of `body`.
+    pub(crate) tx: Option<super::TxBody>,
 }
 
 /// The body of a call: runs the tool's fn.
@@ -40,6 +42,7 @@ impl Call {
             body,
             recover: None,
             limit_key: None,
+            tx: None,
         }
     }
 
@@ -51,6 +54,7 @@ impl Call {
             body,
             recover: None,
             limit_key: None,
+            tx: None,
         }
     }
 
@@ -70,6 +74,14 @@ impl Call {
     #[doc(hidden)]
     pub fn with_limit_key(mut self, key: IdempotencyKey) -> Call {
         self.limit_key = Some(key);
+        self
+    }
+
+    /// A keyed call of a transactional tool (see
+    /// [`ToolDefinition::with_transaction`](super::ToolDefinition::with_transaction)): `body`
+    /// runs in the transaction that holds the key's record, in place of the call's own body.
+    pub fn with_transaction(mut self, body: super::TxBody) -> Call {
+        self.tx = Some(body);
         self
     }
 
