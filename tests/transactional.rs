@@ -24,7 +24,11 @@ use toolkey::{
 use toolkey_tests::{child, servers};
 
 /// Records an order; its calls run in a transaction, with the order row written by `Orders`.
-#[tool(idempotent(key = "order:<order>", on_in_progress = "wait(10s)"))]
+#[tool(idempotent(
+    key = "order:<order>",
+    on_in_progress = "wait(10s)",
+    status = "create_order_status"
+))]
 async fn create_order(order: String, cents: i64) -> Result<Value, ToolError> {
     let _ = (order, cents);
     Err(ToolError::new(
@@ -150,6 +154,10 @@ impl Tool for Tx {
             }),
         };
         Ok(call.with_transaction(body))
+    }
+
+    fn status_companion(&self) -> Option<toolkey::__private::StatusCompanion> {
+        CreateOrder.status_companion()
     }
 }
 
@@ -769,4 +777,259 @@ async fn postgres_a_worker_killed_before_its_commit_leaves_nothing_and_the_retry
     assert!(again.replayed);
     assert_eq!(tables.rows("o-7").await, 1);
     assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the model reads while and after a transactional call runs; the application's own pool.
+
+/// The status companion's answer for order `order`.
+async fn status(toolbox: &Toolbox, order: &str) -> String {
+    let answer = toolbox
+        .call("create_order_status", json!({"order": order}), &ctx())
+        .await
+        .unwrap();
+    answer.value["status"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_companion_never_answers_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _rows) = sqlite(dir.path());
+    let orders = Orders::new(Database::Sqlite, "orders");
+    let toolbox = sqlite_toolbox(store, &orders);
+    let mut seen = Vec::new();
+    for then in [Then::Retryable, Then::Panic, Then::Answer] {
+        orders.then(then);
+        let _ = toolbox.call("create_order", args("o-8", 1), &ctx()).await;
+        seen.push(status(&toolbox, "o-8").await);
+    }
+    assert_eq!(seen, ["not_found", "not_found", "completed"]);
+
+    let tables = Tables::new().await;
+    let orders = Orders::new(Database::Postgres, &tables.orders);
+    orders.then(Then::Slow);
+    let toolbox = pg_toolbox(tables.store(&tables.url).await, &orders);
+    let running = tokio::spawn({
+        let toolbox = toolbox.clone();
+        async move { toolbox.call("create_order", args("o-8", 1), &ctx()).await }
+    });
+    // While the body runs, its record is not committed: nothing is there yet.
+    while orders.runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(status(&toolbox, "o-8").await, "not_found");
+    assert!(!running.await.unwrap().unwrap().replayed);
+    assert_eq!(status(&toolbox, "o-8").await, "completed");
+    assert_eq!(tables.rows("o-8").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_body_waits_for_its_own_locks_as_the_session_says() {
+    let tables = Tables::new().await;
+    let orders = Orders::new(Database::Postgres, &tables.orders);
+    let toolbox = pg_toolbox(tables.store(&tables.url).await, &orders);
+    // Another session holds the orders table for a while: the body's insert waits for it (the
+    // reserve's short lock timeout is not the body's).
+    let mut holder = tables.client().await;
+    let held = holder.transaction().await.unwrap();
+    held.batch_execute(&format!("LOCK TABLE {} IN EXCLUSIVE MODE", tables.orders))
+        .await
+        .unwrap();
+    let call = tokio::spawn({
+        let toolbox = toolbox.clone();
+        async move { toolbox.call("create_order", args("o-9", 1), &ctx()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.commit().await.unwrap();
+    let answer = call.await.unwrap().unwrap();
+    assert!(!answer.replayed);
+    assert_eq!(tables.rows("o-9").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_store_on_the_applications_pool_keeps_its_records_beside_the_orders() {
+    let tables = Tables::new().await;
+    let config: tokio_postgres::Config = tables.url.parse().unwrap();
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(4)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    let store = PostgresStore::with_pool(pool.clone())
+        .table(&tables.records)
+        .connect()
+        .await
+        .unwrap();
+    let orders = Orders::new(Database::Postgres, &tables.orders);
+    let toolbox = pg_toolbox(store, &orders);
+    let first = toolbox
+        .call("create_order", args("o-10", 4), &ctx())
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    // The application reads the order and its record together, with its own connection.
+    let app = pool.get().await.unwrap();
+    let joined: i64 = app
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} o JOIN {} r ON r.key = 'order:' || o.order_id
+                 WHERE o.order_id = $1 AND r.state = 'completed'",
+                tables.orders, tables.records
+            ),
+            &[&"o-10"],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(joined, 1);
+    let again = toolbox
+        .call("create_order", args("o-10", 4), &ctx())
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(tables.rows("o-10").await, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transactional steps: the invoice row in a step that commits with its record, then the email.
+
+/// The outside mailer, and where the invoice rows go.
+struct Billing {
+    database: Database,
+    table: String,
+    emails: AtomicUsize,
+    /// Email attempts left to fail (retryably).
+    failing_emails: AtomicUsize,
+}
+
+impl Billing {
+    fn new(database: Database, table: &str, failing_emails: usize) -> Billing {
+        Billing {
+            database,
+            table: table.into(),
+            emails: AtomicUsize::new(0),
+            failing_emails: AtomicUsize::new(failing_emails),
+        }
+    }
+
+    fn email(&self) -> Result<(), ToolError> {
+        let failing = self.failing_emails.load(Ordering::SeqCst);
+        if failing > 0 {
+            self.failing_emails.store(failing - 1, Ordering::SeqCst);
+            return Err(ToolError::new("MAILER_DOWN", "the mailer is down").with_retryable(true));
+        }
+        self.emails.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn ledger_error(e: impl std::fmt::Display) -> ToolError {
+    ToolError::new("LEDGER", e.to_string()).with_retryable(true)
+}
+
+/// Invoices a customer: the invoice row in a transactional step, then the email in a keyed one.
+#[tool(idempotent(key = "invoice:<customer>"))]
+async fn invoice(
+    billing: toolkey::State<Billing>,
+    ctx: &ToolContext,
+    customer: String,
+) -> Result<Value, ToolError> {
+    let insert = format!("INSERT INTO {} (order_id, cents) VALUES ", billing.table);
+    let id: i64 = match billing.database {
+        Database::Sqlite => {
+            ctx.once_in_sqlite("invoice-row", move |tx| {
+                tx.execute(&format!("{insert}(?1, 100)"), [&customer])
+                    .map_err(ledger_error)?;
+                Ok::<_, ToolError>(tx.last_insert_rowid())
+            })
+            .await?
+        }
+        Database::Postgres => {
+            ctx.once_in_postgres("invoice-row", move |tx| {
+                Box::pin(async move {
+                    tx.execute(&format!("{insert}($1, 100)"), &[&customer])
+                        .await
+                        .map_err(ledger_error)?;
+                    Ok::<_, ToolError>(7)
+                })
+            })
+            .await?
+        }
+    };
+    ctx.once("invoice-email", async { billing.email() }).await?;
+    Ok(json!({"invoice": id}))
+}
+
+/// Two calls: the first meets a mailer that is down after its invoice row committed; the
+/// retry replays the row's step and sends the email; a third replays the call.
+async fn invoice_then_email(toolbox: &Toolbox, billing: &Billing) {
+    let first = toolbox
+        .call("invoice", json!({"customer": "acme"}), &ctx())
+        .await;
+    let err = first.unwrap_err();
+    assert_eq!(err.code(), "MAILER_DOWN");
+    let retry = toolbox
+        .call("invoice", json!({"customer": "acme"}), &ctx())
+        .await
+        .unwrap();
+    assert!(!retry.replayed);
+    let again = toolbox
+        .call("invoice", json!({"customer": "acme"}), &ctx())
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.value, retry.value);
+    assert_eq!(billing.emails.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_transactional_step_keeps_its_row_when_a_later_step_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, rows) = sqlite(dir.path());
+    let billing = Arc::new(Billing::new(Database::Sqlite, "orders", 1));
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .shared_state(billing.clone())
+        .tool(Invoice)
+        .build()
+        .unwrap();
+    invoice_then_email(&toolbox, &billing).await;
+    assert_eq!(sqlite_rows(&rows, "acme"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_transactional_step_keeps_its_row_when_a_later_step_fails() {
+    let tables = Tables::new().await;
+    let billing = Arc::new(Billing::new(Database::Postgres, &tables.orders, 1));
+    let toolbox = Toolbox::builder()
+        .store(tables.store(&tables.url).await)
+        .shared_state(billing.clone())
+        .tool(Invoice)
+        .build()
+        .unwrap();
+    invoice_then_email(&toolbox, &billing).await;
+    assert_eq!(tables.rows("acme").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_step_on_a_store_of_another_database_is_refused_before_it_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, rows) = sqlite(dir.path());
+    let billing = Arc::new(Billing::new(Database::Sqlite, "orders", 0));
+    // The records in memory: no transaction holds them with the row.
+    let toolbox = Toolbox::builder()
+        .shared_state(billing.clone())
+        .tool(Invoice)
+        .build()
+        .unwrap();
+    let err = toolbox
+        .call("invoice", json!({"customer": "acme"}), &ctx())
+        .await
+        .unwrap_err();
+    assert!(err.is(ErrorCode::Internal), "{err:?}");
+    assert_eq!(sqlite_rows(&rows, "acme"), 0);
+    assert_eq!(billing.emails.load(Ordering::SeqCst), 0);
 }

@@ -58,14 +58,17 @@ pub(super) async fn run(
         retain: settings.retain,
         per_call: def.key_follows_step(),
     };
-    let scope = Arc::new(OnceScope::new(
-        tool,
-        store.clone(),
-        recorder.clone(),
-        key,
-        fingerprint,
-        terms,
-    ));
+    let scope = Arc::new(
+        OnceScope::new(
+            tool,
+            store.clone(),
+            recorder.clone(),
+            key,
+            fingerprint,
+            terms,
+        )
+        .with_transactions(exec.transactions.clone()),
+    );
     let key = scope.key();
     let log_key = key.for_logs();
     observe::key(key.as_str());

@@ -18,7 +18,7 @@ use super::{Executor, ToolOutput};
 use crate::lease::What;
 use crate::observe::{self, Happened};
 use crate::reservation::{panicked, recordable};
-use crate::store::transaction::{Transactions, TxCall, TxEnded};
+use crate::store::transaction::{TxCall, TxEnded, TxWork};
 use crate::store::{Outcome, Record, RecordKey};
 use crate::texts::{self, Other};
 use crate::tool::{Call, Invocation, TxBody, TxInner};
@@ -53,6 +53,7 @@ pub(super) async fn run(
         rkey: &rkey,
         label: &def.name,
         fingerprint: &fingerprint,
+        lease: settings.lease,
         retain: settings.retain,
         wait: settings.wait_in_progress.unwrap_or(Duration::ZERO),
     };
@@ -63,24 +64,13 @@ pub(super) async fn run(
         ctx,
         state: exec.state.clone(),
     };
-    let mut work = Work::bind(body, invocation, &def.name);
+    let mut work = bind(body, invocation, &def.name);
     loop {
-        let ended = match (&transactions, &mut work) {
-            #[cfg(feature = "postgres")]
-            (Transactions::Postgres(store), Work::Postgres(work)) => {
-                store.transact(&tx_call, work).await
-            }
-            #[cfg(feature = "sqlite")]
-            (Transactions::Sqlite(store), Work::Sqlite(work)) => {
-                store.transact(&tx_call, work).await
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(ToolError::internal(format!(
-                    "`{}` writes to another database than its toolbox's store",
-                    def.name
-                )))
-            }
+        let Some(ended) = transactions.transact(&tx_call, &mut work).await else {
+            return Err(ToolError::internal(format!(
+                "`{}` writes to another database than its toolbox's store",
+                def.name
+            )));
         };
         match ended {
             TxEnded::Committed(outcome) => {
@@ -165,30 +155,21 @@ fn in_progress(exec: &Executor, def: &ToolDefinition, since: SystemTime) -> Tool
 
 /// The body with its invocation bound, as the store takes it: a panic caught and a result no
 /// replay could read turned into errors that roll the transaction back.
-enum Work {
-    #[cfg(feature = "postgres")]
-    Postgres(Option<crate::store::transaction::PgWork>),
-    #[cfg(feature = "sqlite")]
-    Sqlite(Option<crate::store::transaction::SqliteWork>),
-}
-
-impl Work {
-    fn bind(body: TxBody, invocation: Invocation, tool: &str) -> Work {
-        let tool: Arc<str> = tool.into();
-        match body.0 {
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(body) => Work::Postgres(Some(Box::new(move |tx| {
-                Box::pin(async move {
-                    let ran = AssertUnwindSafe(body(invocation, tx)).catch_unwind().await;
-                    ended(ran, &tool)
-                })
-            }))),
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(body) => Work::Sqlite(Some(Box::new(move |tx| {
-                let ran = std::panic::catch_unwind(AssertUnwindSafe(|| body(invocation, tx)));
+fn bind(body: TxBody, invocation: Invocation, tool: &str) -> TxWork {
+    let tool: Arc<str> = tool.into();
+    match body.0 {
+        #[cfg(feature = "postgres")]
+        TxInner::Postgres(body) => TxWork::Postgres(Some(Box::new(move |tx| {
+            Box::pin(async move {
+                let ran = AssertUnwindSafe(body(invocation, tx)).catch_unwind().await;
                 ended(ran, &tool)
-            }))),
-        }
+            })
+        }))),
+        #[cfg(feature = "sqlite")]
+        TxInner::Sqlite(body) => TxWork::Sqlite(Some(Box::new(move |tx| {
+            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| body(invocation, tx)));
+            ended(ran, &tool)
+        }))),
     }
 }
 

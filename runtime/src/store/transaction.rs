@@ -79,12 +79,55 @@ impl Transactions {
     }
 }
 
+/// A transactional body as a store runs it: its invocation bound, its result as JSON. The
+/// store takes it out only when the body runs.
+pub(crate) enum TxWork {
+    #[cfg(feature = "postgres")]
+    Postgres(Option<PgWork>),
+    #[cfg(feature = "sqlite")]
+    Sqlite(Option<SqliteWork>),
+}
+
+impl TxWork {
+    /// The database the body writes in.
+    pub(crate) fn database(&self) -> Database {
+        match *self {
+            #[cfg(feature = "postgres")]
+            TxWork::Postgres(_) => Database::Postgres,
+            #[cfg(feature = "sqlite")]
+            TxWork::Sqlite(_) => Database::Sqlite,
+        }
+    }
+}
+
+impl Transactions {
+    /// Runs one transactional call, or step, in this database; `None` when `work` writes in
+    /// another one (the toolbox refuses such a tool when it is built).
+    pub(crate) async fn transact(&self, call: &TxCall<'_>, work: &mut TxWork) -> Option<TxEnded> {
+        match (self, work) {
+            #[cfg(feature = "postgres")]
+            (Transactions::Postgres(store), TxWork::Postgres(work)) => {
+                Some(store.transact(call, work).await)
+            }
+            #[cfg(feature = "sqlite")]
+            (Transactions::Sqlite(store), TxWork::Sqlite(work)) => {
+                Some(store.transact(call, work).await)
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+}
+
 /// One transactional call's record: which, made by what, kept how long.
 pub(crate) struct TxCall<'a> {
     pub(crate) rkey: &'a RecordKey,
     /// The tool's name, for operators' listings.
     pub(crate) label: &'a str,
     pub(crate) fingerprint: &'a Fingerprint,
+    /// The lease the record is written in progress with: never seen by another transaction
+    /// unless the body commits the transaction itself, which it must not do.
+    pub(crate) lease: Duration,
     pub(crate) retain: Duration,
     /// How long a duplicate waits for a transaction that holds the key before it is answered
     /// that the call is in progress.

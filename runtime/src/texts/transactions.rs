@@ -24,3 +24,27 @@ pub(crate) fn commit_unconfirmed(tool: &str) -> ToolError {
     .with_retryable(true)
     .with_suggestion("call again with the same arguments shortly: it answers what was committed, or runs once if nothing was")
 }
+
+/// A transactional step failed and its transaction was rolled back: the step wrote nothing,
+/// though steps before it may have acted.
+pub(crate) fn step_rolled_back(step: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Internal,
+        format!("step `{step}` failed and its transaction was rolled back: the step wrote nothing"),
+    )
+    .with_retryable(true)
+    .with_suggestion(
+        "call again with the same arguments: the steps that finished are not done again",
+    )
+}
+
+/// A transactional step's commit was sent and its answer lost, and its record could not be read
+/// since.
+pub(crate) fn step_commit_unconfirmed(step: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::StoreUnavailable,
+        format!("the database did not confirm the commit of step `{step}`, and could not be read since"),
+    )
+    .with_retryable(true)
+    .with_suggestion("call again with the same arguments shortly: the step answers what was committed, or runs once if nothing was")
+}

@@ -142,9 +142,11 @@ impl PostgresStore {
         read: &tokio_postgres::Statement,
     ) -> Result<Reserved, Waited> {
         let key = call.rkey;
-        let (fp, lease) = (call.fingerprint.to_hex(), span_ms(call.retain));
-        // PostgreSQL reads zero as no limit: a call that may not wait waits a millisecond.
+        let (fp, lease) = (call.fingerprint.to_hex(), span_ms(call.lease));
+        // PostgreSQL reads zero as no limit: a call that may not wait waits a millisecond. The
+        // limit is the reserve's alone: the body's statements wait as the session says.
         let wait = format!("SET LOCAL lock_timeout = {}", span_ms(call.wait).max(1));
+        let unset = "SET LOCAL lock_timeout = DEFAULT";
         for _ in 0..RESERVE_ATTEMPTS {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
                 &key.tenant,
@@ -154,9 +156,17 @@ impl PostgresStore {
                 &lease,
                 &call.label,
             ];
-            // Sent together: one round trip.
-            let (set, row) = tokio::join!(tx.batch_execute(&wait), tx.query_opt(reserve, &params));
+            // Sent together: one round trip. A reserve that waited too long fails the
+            // transaction, and the reset with it.
+            let (set, row, reset) = tokio::join!(
+                tx.batch_execute(&wait),
+                tx.query_opt(reserve, &params),
+                tx.batch_execute(unset)
+            );
             set.map_err(Waited::from)?;
+            if let (Ok(_), Err(e)) = (&row, reset) {
+                return Err(Waited::from(e));
+            }
             let found = match row.map_err(Waited::from)? {
                 Some(row) => {
                     let reserved: bool = row
