@@ -1033,3 +1033,94 @@ async fn a_transactional_step_on_a_store_of_another_database_is_refused_before_i
     assert_eq!(sqlite_rows(&rows, "acme"), 0);
     assert_eq!(billing.emails.load(Ordering::SeqCst), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Declared with `#[tool]`: the transaction parameter's type picks the database.
+
+/// Books a seat: its row and the key's record commit in one SQLite transaction.
+#[tool(idempotent(key = "seat:<seat>", status = "book_seat_status"))]
+async fn book_seat(tx: &rusqlite::Transaction<'_>, seat: String) -> Result<i64, ToolError> {
+    tx.execute(
+        "INSERT INTO orders (order_id, cents) VALUES (?1, 1)",
+        [&seat],
+    )
+    .map_err(ledger_error)?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Books a seat: its row and the key's record commit in one PostgreSQL transaction.
+#[tool(idempotent(key = "seat:<seat>"))]
+async fn book_pg_seat(
+    billing: toolkey::State<Billing>,
+    tx: &tokio_postgres::Transaction<'_>,
+    seat: String,
+) -> Result<String, ToolError> {
+    let insert = format!(
+        "INSERT INTO {} (order_id, cents) VALUES ($1, 1)",
+        billing.table
+    );
+    tx.execute(&insert, &[&seat]).await.map_err(ledger_error)?;
+    let isolation = tx.query_one("SHOW transaction_isolation", &[]).await;
+    Ok(isolation.map_err(ledger_error)?.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_declared_with_a_sqlite_transaction_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, rows) = sqlite(dir.path());
+    assert_eq!(BookSeat.definition().transaction(), Some(Database::Sqlite));
+    let toolbox = Toolbox::builder()
+        .store(store)
+        .tool(BookSeat)
+        .build()
+        .unwrap();
+    let first = toolbox
+        .call("book_seat", json!({"seat": "12A"}), &ctx())
+        .await
+        .unwrap();
+    let again = toolbox
+        .call("book_seat", json!({"seat": "12A"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((first.replayed, again.replayed), (false, true));
+    assert_eq!(first.value, again.value);
+    let status = toolbox
+        .call("book_seat_status", json!({"seat": "12A"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(status.value["status"], "completed");
+    assert_eq!(sqlite_rows(&rows, "12A"), 1);
+    // On another database's store, the toolbox refuses it.
+    let tables = Tables::new().await;
+    let refused = Toolbox::builder()
+        .store(tables.store(&tables.url).await)
+        .tool(BookSeat)
+        .build();
+    assert!(matches!(refused, Err(BuildError::TransactionStore { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_declared_with_a_postgres_transaction_runs_once_in_read_committed() {
+    let tables = Tables::new().await;
+    assert_eq!(
+        BookPgSeat.definition().transaction(),
+        Some(Database::Postgres)
+    );
+    let toolbox = Toolbox::builder()
+        .store(tables.store(&tables.url).await)
+        .state(Billing::new(Database::Postgres, &tables.orders, 0))
+        .tool(BookPgSeat)
+        .build()
+        .unwrap();
+    let first = toolbox
+        .call("book_pg_seat", json!({"seat": "12A"}), &ctx())
+        .await
+        .unwrap();
+    let again = toolbox
+        .call("book_pg_seat", json!({"seat": "12A"}), &ctx())
+        .await
+        .unwrap();
+    assert_eq!((first.replayed, again.replayed), (false, true));
+    assert_eq!(first.value, "read committed");
+    assert_eq!(tables.rows("12A").await, 1);
+}

@@ -58,6 +58,23 @@ impl Call {
         }
     }
 
+    /// A keyed call of a transactional tool: `body` runs in the transaction that holds the
+    /// key's record (see [`ToolDefinition::with_transaction`](super::ToolDefinition::with_transaction)).
+    pub fn transactional(
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        body: super::TxBody,
+    ) -> Call {
+        let database = body.database();
+        // Never run: the executor runs `tx` in its place.
+        let outside: Body = Box::new(move |_| {
+            Box::pin(std::future::ready(Err(ToolError::internal(format!(
+                "a transactional call's body runs only in a {database} transaction"
+            )))))
+        });
+        Call::keyed(key, fingerprint, outside).with_transaction(body)
+    }
+
     /// The call's idempotency key (keyed tools only).
     pub fn key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()
