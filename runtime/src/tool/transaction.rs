@@ -41,22 +41,8 @@ pub(crate) enum Inner {
 
 impl TxBody {
     /// A body on PostgreSQL, in READ COMMITTED: write with `tx` as with any
-    /// `tokio_postgres::Transaction`, and leave committing to the call.
-    ///
-    /// ```
-    /// use serde_json::json;
-    /// use toolkey::TxBody;
-    ///
-    /// let body = TxBody::postgres(|_invocation, tx| {
-    ///     Box::pin(async move {
-    ///         tx.execute("INSERT INTO invoices (customer) VALUES ($1)", &[&"acme"])
-    ///             .await
-    ///             .map_err(|e| toolkey::ToolError::new("LEDGER", e.to_string()).with_retryable(true))?;
-    ///         Ok(json!({"invoiced": "acme"}))
-    ///     })
-    /// });
-    /// # drop(body);
-    /// ```
+    /// `tokio_postgres::Transaction`, and leave committing to the call. `#[tool]` writes it for
+    /// a keyed tool that takes `tx: &tokio_postgres::Transaction<'_>`.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn postgres<F>(body: F) -> TxBody
@@ -73,7 +59,19 @@ impl TxBody {
 
     /// A body on SQLite: write with `tx` as with any `rusqlite::Transaction`, and leave
     /// committing to the call. It runs on tokio's blocking pool, holding the store's write
-    /// lock: keep it short.
+    /// lock: keep it short. `#[tool]` writes it for a keyed tool that takes
+    /// `tx: &rusqlite::Transaction<'_>`.
+    ///
+    /// ```
+    /// use toolkey::{json, ToolError, TxBody};
+    ///
+    /// let body = TxBody::sqlite(|_invocation, tx| {
+    ///     tx.execute("INSERT INTO invoices (customer) VALUES (?1)", ["acme"])
+    ///         .map_err(|e| ToolError::new("LEDGER", e.to_string()).with_retryable(true))?;
+    ///     Ok(json!({"invoice": tx.last_insert_rowid()}))
+    /// });
+    /// assert_eq!(body.database(), toolkey::store::Database::Sqlite);
+    /// ```
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn sqlite<F>(body: F) -> TxBody
