@@ -6,11 +6,18 @@
 //!
 //! It runs as the call's work, like the keyed path: a caller that stops waiting leaves the
 //! transaction to commit or roll back as one.
+// Without a database feature no transactional tool can be declared (a `TxBody` has no value),
+// and what runs one is never reached.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(dead_code, unused_imports, unused_variables, unused_mut)
+)]
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+#[cfg(feature = "postgres")]
 use futures_util::FutureExt;
 
 use super::keyed::{conflict, poll_interval, replay};

@@ -14,6 +14,12 @@
 //! transaction, so every other reader finds it absent or completed, and a status answer is never
 //! `unknown`. A final error is recorded after the body's writes are rolled back: the error is
 //! replayed like every keyed call's, and nothing the body wrote is kept with it.
+// Without a database feature no transactional tool can be declared (a `TxBody` has no value),
+// and what runs one is never reached.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(dead_code, unused_imports, unused_variables, unused_mut)
+)]
 
 use std::any::Any;
 use std::time::Duration;
@@ -126,11 +132,14 @@ pub(crate) struct TxCall<'a> {
     pub(crate) label: &'a str,
     pub(crate) fingerprint: &'a Fingerprint,
     /// The lease the record is written in progress with: never seen by another transaction
-    /// unless the body commits the transaction itself, which it must not do.
+    /// unless the body commits the transaction itself, which it must not do. (SQLite writes
+    /// it completed at once: the write lock is held throughout.)
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) lease: Duration,
     pub(crate) retain: Duration,
     /// How long a duplicate waits for a transaction that holds the key before it is answered
-    /// that the call is in progress.
+    /// that the call is in progress. (SQLite's duplicates wait for the write lock instead.)
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) wait: Duration,
 }
 
@@ -142,6 +151,7 @@ pub(crate) enum TxEnded {
     /// A live record of the key was there: the answer. The body did not run.
     Found(Record),
     /// Another transaction held the key past the wait. The body did not run.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Busy,
     /// The body ran and ended in an error that keeps nothing; the transaction was rolled back.
     RolledBack(ToolError),
