@@ -134,8 +134,8 @@ pub use toolkey_runtime::__private::serde_json::Value;
 pub use toolkey_runtime::{
     Annotations, ApprovalRequest, Approver, BuildError, ErrorCode, Fingerprint, IdempotencyKey,
     KeyPart, KeyPartWriter, RetryLimit, Settings, State, Stats, Story, Tool, ToolContext,
-    ToolDefinition, ToolError, ToolOutput, Toolbox, ToolboxBuilder, DEFAULT_APPROVAL_EXPIRY,
-    DEFAULT_APPROVAL_RETENTION, MAX_KEY_BYTES,
+    ToolDefinition, ToolError, ToolOutput, Toolbox, ToolboxBuilder, TxBody,
+    DEFAULT_APPROVAL_EXPIRY, DEFAULT_APPROVAL_RETENTION, MAX_KEY_BYTES,
 };
 
 #[doc(inline)]

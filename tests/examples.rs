@@ -27,10 +27,20 @@ async fn invoice_naive_ends_with_three_invoices_and_keyed_with_one() {
             status_calls: report.status_calls,
             status_found_invoice: true,
             keyed_invoices: 1,
+            ledger_calls: report.ledger_calls,
+            ledger_timeouts: 1,
+            ledger_status_calls: report.ledger_status_calls,
+            ledger_status_unknown: 0,
+            ledger_invoices: 1,
         },
         "{text}"
     );
     assert!(report.status_calls >= 1);
+    // After its timeout the model asked the status companion or called again: never unknown.
+    assert!(
+        report.ledger_calls + report.ledger_status_calls >= 2,
+        "{text}"
+    );
     assert!(
         text.contains("The ledger after the naive tool: 3 invoice(s)"),
         "{text}"
@@ -52,7 +62,18 @@ async fn invoice_naive_ends_with_three_invoices_and_keyed_with_one() {
     )
     .await
     .unwrap();
-    assert_eq!((again.naive_invoices, again.keyed_invoices), (3, 1));
+    assert!(
+        text.contains("The ledger after the transactional tool: 1 invoice(s)"),
+        "{text}"
+    );
+    assert_eq!(
+        (
+            again.naive_invoices,
+            again.keyed_invoices,
+            again.ledger_invoices
+        ),
+        (3, 1, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

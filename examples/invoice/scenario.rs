@@ -57,6 +57,12 @@ pub struct Report {
     pub status_calls: usize,
     pub status_found_invoice: bool,
     pub keyed_invoices: usize,
+    pub ledger_calls: usize,
+    pub ledger_timeouts: usize,
+    pub ledger_status_calls: usize,
+    /// Status answers `unknown` in part three: none, ever.
+    pub ledger_status_unknown: usize,
+    pub ledger_invoices: usize,
 }
 
 /// An invoice as the billing provider returns it.
@@ -200,6 +206,76 @@ pub async fn send_invoice(
         .map_err(provider_error)
 }
 
+/// The ledger of part three: the invoices table in the store's own SQLite file, written by a
+/// transactional tool.
+pub struct Ledger {
+    /// How long creating an invoice takes.
+    pub delay: Duration,
+}
+
+impl Ledger {
+    /// Creates the invoices table in the store's file at `path`.
+    pub fn create(path: &Path, delay: Duration) -> rusqlite::Result<Ledger> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS invoices (
+                number INTEGER PRIMARY KEY AUTOINCREMENT,
+                customer TEXT NOT NULL, period TEXT NOT NULL, amount REAL NOT NULL, memo TEXT NOT NULL
+            )",
+        )?;
+        Ok(Ledger { delay })
+    }
+
+    /// Every invoice on the ledger in the store's file at `path`.
+    pub fn invoices(path: &Path) -> rusqlite::Result<Vec<Invoice>> {
+        let conn = Connection::open(path)?;
+        let mut stmt = conn.prepare(
+            "SELECT number, customer, period, amount, memo FROM invoices ORDER BY number",
+        )?;
+        let rows = stmt.query_map([], row_to_invoice)?;
+        rows.collect()
+    }
+}
+
+/// Create and send the invoice for one customer and billing period.
+///
+/// Safe to retry: a second call for the same customer and period never sends a second invoice.
+#[tool(
+    idempotent(key = "invoice:<customer>:<period>", status = "invoice_status"),
+    timeout = "1s",
+    name = "send_invoice"
+)]
+pub async fn send_invoice_in_ledger(
+    ledger: State<Ledger>,
+    // The invoice row and the key's record commit together in this transaction, or neither.
+    tx: &rusqlite::Transaction<'_>,
+    /// Customer ID, for example "acme".
+    #[arg(key = "case_insensitive")]
+    customer: String,
+    /// Billing period as YYYY-MM, for example "2026-10".
+    period: String,
+    /// Amount in EUR.
+    amount: f64,
+    /// What the invoice is for.
+    #[arg(ignore)]
+    memo: String,
+) -> Result<Invoice, ToolError> {
+    tokio::time::sleep(ledger.delay).await;
+    tx.execute(
+        "INSERT INTO invoices (customer, period, amount, memo) VALUES (?1, ?2, ?3, ?4)",
+        params![customer, period, amount, memo],
+    )
+    .map_err(provider_error)?;
+    Ok(Invoice {
+        number: tx.last_insert_rowid(),
+        customer,
+        period,
+        amount,
+        memo,
+    })
+}
+
 /// A scripted model with no network: it behaves as a real model does with a tool that times
 /// out. It asks for the invoice, retries after a TIMEOUT (rewording the memo, as models do), and
 /// when an error's suggestion names a status tool, asks that tool instead of repeating itself.
@@ -217,6 +293,8 @@ pub struct Turn {
     pub timeouts: usize,
     pub status_calls: usize,
     pub status_found_invoice: bool,
+    /// Status answers that said `unknown`.
+    pub status_unknown: usize,
 }
 
 const MEMOS: [&str; 3] = [
@@ -276,7 +354,10 @@ impl ScriptedModel<'_> {
                                 writeln!(self.out, "  model  Still running; I will check again.")?
                             }
                             Some("not_found") => break,
-                            _ => {
+                            answer => {
+                                if answer == Some("unknown") {
+                                    turn.status_unknown += 1;
+                                }
                                 writeln!(
                                     self.out,
                                     "  model  I cannot tell what happened; I will ask a person."
@@ -411,5 +492,32 @@ pub async fn run(
     report.status_calls = turn.status_calls;
     report.status_found_invoice = turn.status_found_invoice;
     report.keyed_invoices = invoices.len();
+
+    writeln!(out, "\nPart three: the ledger in the store's own file, and the tool transactional: the invoice row and the key's record commit together.\n")?;
+    // A store of its own, so that part two's record of the same key is not replayed here.
+    let store_file = file("ledger.db");
+    let ledger = Ledger::create(&store_file, timings.billing)?;
+    let toolbox = Toolbox::builder()
+        .store(SqliteStore::open(&store_file)?)
+        .state(ledger)
+        .tool(SendInvoiceInLedger)
+        .timeout("send_invoice", Some(timings.timeout))
+        .build()?;
+    let turn = ScriptedModel {
+        toolbox: &toolbox,
+        ctx: ToolContext::new("run-1").with_tenant("acme-corp"),
+        pause: timings.pause,
+        out: &mut *out,
+    }
+    .invoice("acme", "2026-10", 1200.0)
+    .await?;
+    assert!(toolbox.shutdown().await.is_clean());
+    let invoices = Ledger::invoices(&store_file)?;
+    print_ledger(out, "The ledger after the transactional tool", &invoices)?;
+    report.ledger_calls = turn.calls;
+    report.ledger_timeouts = turn.timeouts;
+    report.ledger_status_calls = turn.status_calls;
+    report.ledger_status_unknown = turn.status_unknown;
+    report.ledger_invoices = invoices.len();
     Ok(report)
 }

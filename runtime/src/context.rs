@@ -242,6 +242,75 @@ impl ToolContext {
         };
         scope.run_step(self.scope(), step, work).await
     }
+
+    /// Runs step `step` at most once, as [`once`](Self::once) does, with its writes in a
+    /// PostgreSQL transaction (READ COMMITTED) that commits with the step's record: the step's
+    /// outcome is never unknown. `work` writes with `tx` and leaves committing to the step; a
+    /// retryable error or a panic rolls its writes back (the step wrote nothing, and runs again
+    /// on the next call), a final error is recorded without them. The toolbox's store must be the
+    /// [`PostgresStore`](crate::store::PostgresStore) of that database, given with
+    /// [`store`](crate::ToolboxBuilder::store).
+    ///
+    /// ```text
+    /// let invoice: i64 = ctx.once_in_postgres("invoice-row", move |tx| Box::pin(async move {
+    ///     let row = tx.query_one("INSERT INTO invoices (customer) VALUES ($1) RETURNING id", &[&customer]).await?;
+    ///     Ok::<_, ToolError>(row.get(0))
+    /// })).await?;
+    /// ctx.once("invoice-email", async { mailer.send(invoice).await }).await?;
+    /// ```
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub async fn once_in_postgres<T, E, F>(&self, step: &str, work: F) -> Result<T, ToolError>
+    where
+        F: for<'t> FnOnce(
+                &'t tokio_postgres::Transaction<'t>,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<T, E>> + Send + 't>,
+            > + Send
+            + 'static,
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
+        E: Into<ToolError> + Send + 'static,
+    {
+        let Some(scope) = &self.once else {
+            return Err(texts::step_outside_keyed_tool(step));
+        };
+        let name: std::sync::Arc<str> = step.into();
+        let work: crate::store::transaction::PgWork = Box::new(move |tx| {
+            Box::pin(async move {
+                use futures_util::FutureExt;
+                let ran = std::panic::AssertUnwindSafe(work(tx)).catch_unwind().await;
+                step_value::<T, E>(ran, &name)
+            })
+        });
+        let work = crate::store::transaction::TxWork::Postgres(Some(work));
+        let value = scope.run_tx_step(self.scope(), step, work).await?;
+        scope.read_back(step, value)
+    }
+
+    /// Runs step `step` at most once with its writes in a SQLite transaction that commits with
+    /// the step's record, as [`once_in_postgres`](Self::once_in_postgres) does on PostgreSQL.
+    /// `work` runs on tokio's blocking pool holding the store's write lock: keep it short. The
+    /// toolbox's store must be the [`SqliteStore`](crate::store::SqliteStore) of that file.
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub async fn once_in_sqlite<T, E, F>(&self, step: &str, work: F) -> Result<T, ToolError>
+    where
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E> + Send + 'static,
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
+        E: Into<ToolError> + Send + 'static,
+    {
+        let Some(scope) = &self.once else {
+            return Err(texts::step_outside_keyed_tool(step));
+        };
+        let name: std::sync::Arc<str> = step.into();
+        let work: crate::store::transaction::SqliteWork = Box::new(move |tx| {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
+            step_value::<T, E>(ran, &name)
+        });
+        let work = crate::store::transaction::TxWork::Sqlite(Some(work));
+        let value = scope.run_tx_step(self.scope(), step, work).await?;
+        scope.read_back(step, value)
+    }
 }
 
 impl fmt::Debug for ToolContext {
@@ -311,4 +380,32 @@ impl StateMap {
             .map(State)
             .ok_or_else(|| texts::no_state(std::any::type_name::<T>()))
     }
+}
+
+/// What a transactional step's work ended in, as its record keeps it: its result as JSON, or
+/// its error. A panic, or a result that would not read back into its type or nests too deep,
+/// rolls the step back: nothing of it is kept, and the step says so.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+fn step_value<T, E>(
+    ran: Result<Result<T, E>, Box<dyn std::any::Any + Send>>,
+    step: &str,
+) -> Result<serde_json::Value, ToolError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    E: Into<ToolError>,
+{
+    let Ok(ran) = ran else {
+        return Err(texts::step_rolled_back(step));
+    };
+    let value = ran.map_err(Into::into)?;
+    let unfit = |problem: &dyn fmt::Display| {
+        tracing::error!(step, problem = %problem, "a transactional step's result cannot be recorded; rolled back");
+        texts::step_rolled_back(step)
+    };
+    let value = serde_json::to_value(&value).map_err(|e| unfit(&e))?;
+    if crate::store::nests_deeper(&value, crate::store::MAX_RESULT_DEPTH) {
+        return Err(unfit(&"it nests too deep"));
+    }
+    T::deserialize(&value).map_err(|e| unfit(&e))?;
+    Ok(value)
 }

@@ -96,5 +96,5 @@ pub use key::{IdempotencyKey, KeyPart, KeyPartWriter, MAX_KEY_BYTES};
 pub use lease::{ShutdownReport, Unrecorded};
 pub use stats::Stats;
 pub use story::{Annotations, Story};
-pub use tool::{RetryLimit, Settings, Tool, ToolDefinition};
+pub use tool::{RetryLimit, Settings, Tool, ToolDefinition, TxBody};
 pub use toolbox::{BuildError, Toolbox, ToolboxBuilder};

@@ -21,6 +21,9 @@ use crate::reservation::{recordable, Claim, Found};
 use crate::store::{Outcome, RecordKey, Store, StoreError};
 use crate::{texts, Fingerprint, IdempotencyKey, ToolError};
 
+// Steps whose writes commit with their record.
+mod transactional;
+
 /// How a call's steps are held: leased and retained as the call is.
 pub(crate) struct Terms {
     pub(crate) lease: Duration,
@@ -61,6 +64,8 @@ pub(crate) struct OnceScope {
     /// The steps of this call that finished with a result, now or in an earlier attempt: what
     /// they did is kept whatever the call's end, and a retry limit's answer says so.
     finished: Mutex<Vec<Box<str>>>,
+    /// The store's database, for transactional steps; `None` when the store is not one.
+    transactions: Option<crate::store::transaction::Transactions>,
 }
 
 impl OnceScope {
@@ -88,7 +93,17 @@ impl OnceScope {
             used: Mutex::default(),
             acted: AtomicBool::new(false),
             finished: Mutex::default(),
+            transactions: None,
         }
+    }
+
+    /// Runs transactional steps in `transactions`, the database of the store.
+    pub(crate) fn with_transactions(
+        mut self,
+        transactions: Option<crate::store::transaction::Transactions>,
+    ) -> OnceScope {
+        self.transactions = transactions;
+        self
     }
 
     /// The parent call's key.
@@ -279,7 +294,11 @@ impl OnceScope {
     /// changed since it ran) is refused, and the parent's key released rather than recorded
     /// with that failure: the step did its work, and the call can finish once the code reads
     /// its result again.
-    fn read_back<T: DeserializeOwned>(&self, step: &str, value: Value) -> Result<T, ToolError> {
+    pub(crate) fn read_back<T: DeserializeOwned>(
+        &self,
+        step: &str,
+        value: Value,
+    ) -> Result<T, ToolError> {
         serde_json::from_value(value).map_err(|e| {
             self.release_parent.store(true, Ordering::SeqCst);
             texts::step_result_unfit(step, &e.to_string())

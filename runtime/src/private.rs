@@ -6,10 +6,11 @@ use serde_json::Value;
 pub use crate::context::StateMap;
 pub use crate::fingerprint::{canonical_json, FingerprintFields, FingerprintSchema};
 pub use crate::key::KeyBuilder;
+pub use crate::store::Database;
 pub use crate::story::{Annotations, Story};
 pub use crate::tool::{
     Body, BoxFuture, Call, Invocation, KeyFn, Recover, Settings, StateNeed, StatusCompanion,
-    ToolDefinition,
+    ToolDefinition, TxBody,
 };
 pub use crate::{Fingerprint, KeyPart, RetryLimit, State, Tool, ToolContext, ToolError};
 pub use ::core;
@@ -248,4 +249,11 @@ impl<F: std::future::Future> std::future::Future for SentFuture<F> {
         // no `Drop`, and it is `Unpin` only when `F` is (the auto impl).
         unsafe { self.map_unchecked_mut(|sent| &mut sent.0) }.poll(cx)
     }
+}
+
+/// Drives a transactional SQLite body's future to its end on the blocking pool's thread, where
+/// the body holds the store's write lock (see `TxBody::sqlite`).
+#[cfg(feature = "sqlite")]
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Handle::current().block_on(future)
 }

@@ -30,6 +30,16 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
+    /// A transactional tool whose records and writes cannot share a transaction: the toolbox's
+    /// store is not a store of the tool's database (given by value with
+    /// [`ToolboxBuilder::store`]), or the tool is not keyed.
+    #[error("tool `{tool}` writes in a {database} transaction with its key's record: it must be `idempotent`, and the toolbox's store a {database} store given with .store(..)")]
+    TransactionStore {
+        /// The tool.
+        tool: String,
+        /// The database it writes in.
+        database: crate::store::Database,
+    },
     /// Two tools (or a tool and a status companion) have one name.
     #[error("two tools are named `{0}`: tool names must be unique in a toolbox")]
     DuplicateName(String),
@@ -154,6 +164,8 @@ pub struct Toolbox {
 #[derive(Default)]
 pub struct ToolboxBuilder {
     store: Option<Arc<dyn Store>>,
+    /// The store's database, when it is one: what transactional tools write in.
+    transactions: Option<crate::store::transaction::Transactions>,
     state: StateMap,
     tools: Vec<Box<dyn Tool>>,
     approver: Option<Arc<dyn Approver>>,
@@ -231,13 +243,20 @@ impl ToolboxBuilder {
     }
 
     /// The store that enforces keys ([`MemoryStore`] when not set).
+    ///
+    /// A [`PostgresStore`](crate::store::PostgresStore) or a
+    /// [`SqliteStore`](crate::store::SqliteStore) given here also runs the transactional tools
+    /// of its database ([`ToolDefinition::with_transaction`]).
     pub fn store(mut self, store: impl Store) -> Self {
+        self.transactions = crate::store::transaction::Transactions::of(&store);
         self.store = Some(Arc::new(store));
         self
     }
 
-    /// A store shared with other toolboxes or code.
+    /// A store shared with other toolboxes or code. It runs no transactional tools: give the
+    /// store itself with [`store`](Self::store) for those.
     pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.transactions = None;
         self.store = Some(store);
         self
     }
@@ -399,6 +418,15 @@ impl ToolboxBuilder {
             if definition.story == Story::Unkeyed && !definition.settings.approval {
                 unkeyed.push(definition.name.clone());
             }
+            if let Some(database) = definition.transaction {
+                let store = self.transactions.as_ref().map(|t| t.database());
+                if store != Some(database) || definition.story != Story::Idempotent {
+                    return Err(BuildError::TransactionStore {
+                        tool: definition.name.clone(),
+                        database,
+                    });
+                }
+            }
             if let Some(companion) = tool.status_companion() {
                 let status =
                     Companion::new(&definition, companion.definition.clone(), companion.key);
@@ -431,7 +459,8 @@ impl ToolboxBuilder {
             self.approver,
             self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             self.telemetry,
-        );
+        )
+        .with_transactions(self.transactions);
         for (tool, limit) in slots {
             exec.limit_concurrency(&tool, limit);
         }

@@ -71,9 +71,30 @@ fn check_name(cx: &Ctxt, name: &str, span: Span, what: &str) {
 
 fn check_params(cx: &Ctxt, tool: &Tool) {
     let mut contexts = 0;
+    let mut transactions = 0;
     for param in &tool.params {
         match &param.kind {
             ParamKind::Context => contexts += 1,
+            ParamKind::Transaction(database) => {
+                transactions += 1;
+                if database.is_none() {
+                    cx.error_spanned_by(
+                        &param.ty,
+                        "write the transaction's type with its crate: `&rusqlite::Transaction<'_>` (SQLite) or `&tokio_postgres::Transaction<'_>` (PostgreSQL)",
+                    );
+                }
+                match tool.keyed() {
+                    None => cx.error_spanned_by(
+                        &param.ty,
+                        "a transaction commits with the key's record: only an `idempotent(key = \"...\")` tool takes one",
+                    ),
+                    Some(keyed) if keyed.recover.is_some() => cx.error_spanned_by(
+                        &param.ty,
+                        "a transactional tool needs no `recover` hook: its writes commit with its record or not at all; remove `recover`",
+                    ),
+                    Some(_) => {}
+                }
+            }
             ParamKind::State(_) => {}
             ParamKind::Model => {
                 if param.ident == "idempotency_key" {
@@ -92,6 +113,9 @@ fn check_params(cx: &Ctxt, tool: &Tool) {
     }
     if contexts > 1 {
         cx.error_spanned_by(&tool.func.sig.inputs, "take `&ToolContext` once");
+    }
+    if transactions > 1 {
+        cx.error_spanned_by(&tool.func.sig.inputs, "take the transaction once");
     }
     let key_fields: Vec<&str> = tool
         .keyed()

@@ -51,11 +51,22 @@ pub struct Keyed {
     pub destructive: bool,
 }
 
+/// The database a transactional tool writes in, as its transaction's type says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    Postgres,
+    Sqlite,
+}
+
 pub enum ParamKind {
     /// `State<T>`: injected from the toolbox; holds `T`.
     State(Box<Type>),
     /// `&ToolContext`: injected.
     Context,
+    /// `&rusqlite::Transaction<'_>` or `&tokio_postgres::Transaction<'_>`: the call's
+    /// transaction, which its key's record commits in. `None`: a `Transaction` whose crate the
+    /// path does not say (reported by `check`).
+    Transaction(Option<Database>),
     /// Filled by the model.
     Model,
 }
@@ -72,6 +83,16 @@ pub struct Param {
     /// `#[arg(key = "case_insensitive")]`, with the span of the literal: the key part is
     /// case-folded, so `"ACME"` and `"acme"` name one action.
     pub case_insensitive: Option<Span>,
+}
+
+impl Tool {
+    /// The database of the tool's transaction parameter, if it takes one.
+    pub fn transaction(&self) -> Option<Database> {
+        self.params.iter().find_map(|p| match p.kind {
+            ParamKind::Transaction(database) => database,
+            _ => None,
+        })
+    }
 }
 
 impl Param {
@@ -339,6 +360,21 @@ fn parse_params(cx: &Ctxt, func: &mut ItemFn) -> Vec<Param> {
 }
 
 fn classify(ty: &Type) -> ParamKind {
+    if let Type::Reference(r) = ty {
+        if let Type::Path(path) = &*r.elem {
+            let segments = &path.path.segments;
+            if segments.last().is_some_and(|s| s.ident == "Transaction") {
+                let names = |name: &str| segments.iter().any(|s| s.ident == name);
+                return ParamKind::Transaction(if names("rusqlite") {
+                    Some(Database::Sqlite)
+                } else if names("tokio_postgres") {
+                    Some(Database::Postgres)
+                } else {
+                    None
+                });
+            }
+        }
+    }
     match ty {
         Type::Reference(r) if last_segment(&r.elem).is_some_and(|s| s.ident == "ToolContext") => {
             ParamKind::Context

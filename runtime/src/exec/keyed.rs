@@ -58,14 +58,17 @@ pub(super) async fn run(
         retain: settings.retain,
         per_call: def.key_follows_step(),
     };
-    let scope = Arc::new(OnceScope::new(
-        tool,
-        store.clone(),
-        recorder.clone(),
-        key,
-        fingerprint,
-        terms,
-    ));
+    let scope = Arc::new(
+        OnceScope::new(
+            tool,
+            store.clone(),
+            recorder.clone(),
+            key,
+            fingerprint,
+            terms,
+        )
+        .with_transactions(exec.transactions.clone()),
+    );
     let key = scope.key();
     let log_key = key.for_logs();
     observe::key(key.as_str());
@@ -420,7 +423,7 @@ fn after_steps(def: &ToolDefinition, scope: &OnceScope, err: ToolError) -> ToolE
 
 /// `CONFLICT`: the key's record was made by a call with other arguments, which `other` says
 /// ran, runs, or left its outcome unknown.
-fn conflict(
+pub(super) fn conflict(
     exec: &Executor,
     def: &ToolDefinition,
     log_key: &dyn std::fmt::Display,
@@ -433,7 +436,7 @@ fn conflict(
 }
 
 /// The recorded outcome, replayed.
-fn replay(
+pub(super) fn replay(
     exec: &Executor,
     def: &ToolDefinition,
     log_key: &dyn std::fmt::Display,
@@ -594,7 +597,7 @@ async fn clear_failures(
     }
 }
 
-fn poll_interval(wait: Option<Duration>) -> Duration {
+pub(super) fn poll_interval(wait: Option<Duration>) -> Duration {
     let wait = wait.unwrap_or_default();
     (wait / 20).clamp(Duration::from_millis(5), Duration::from_millis(100))
 }

@@ -29,6 +29,7 @@ mod keyed;
 mod limits;
 #[cfg(test)]
 mod tests;
+mod transactional;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -118,6 +119,8 @@ pub(crate) struct Executor {
     limits: Limits,
     telemetry: observe::Options,
     gate: Gate,
+    /// The database of the store, for transactional tools; `None` when the store is not one.
+    transactions: Option<crate::store::transaction::Transactions>,
 }
 
 impl Executor {
@@ -142,6 +145,7 @@ impl Executor {
             limits: Limits::default(),
             telemetry,
             gate: Gate::default(),
+            transactions: None,
         }
     }
 
@@ -153,6 +157,15 @@ impl Executor {
     /// Sets which calls wait for a person's approval, and how their requests are kept.
     pub(crate) fn set_gate(&mut self, gate: Gate) {
         self.gate = gate;
+    }
+
+    /// Runs transactional tools' calls in `transactions`, the database of the store.
+    pub(crate) fn with_transactions(
+        mut self,
+        transactions: Option<crate::store::transaction::Transactions>,
+    ) -> Executor {
+        self.transactions = transactions;
+        self
     }
 
     /// Opens the span of one call of `tool` (see [`observe`]).
@@ -463,7 +476,9 @@ impl Executor {
     {
         let (exec, ctx, observed) = (self.clone(), ctx.clone(), observed.clone());
         Box::pin(async move {
-            let answer = if def.story == Story::Idempotent {
+            let answer = if call.tx.is_some() {
+                transactional::run(exec, def, call, rkey, ctx).await
+            } else if def.story == Story::Idempotent {
                 keyed::run(exec, def, observed.tool_name(), call, rkey, ctx, slot).await
             } else {
                 let answer = exec.run_unkeyed(&def, call, ctx.clone(), slot).await;

@@ -41,6 +41,7 @@ mod redis;
 mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub(crate) mod transaction;
 
 #[doc(inline)]
 pub use crate::__store_forward as forward;
@@ -64,6 +65,7 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::SqliteStore;
+pub use transaction::Database;
 
 /// Where keys are reserved and outcomes recorded: a store in all three of its roles.
 ///

@@ -34,6 +34,9 @@ mod status;
 // Approval requests: awaiting, denied, not covered.
 mod approvals;
 
+// Transactional tools.
+mod transactions;
+
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +52,7 @@ pub(crate) use store::*;
 #[cfg_attr(not(feature = "mcp"), allow(unused_imports))]
 pub(crate) use tasks::*;
 pub(crate) use toolbox::*;
+pub(crate) use transactions::*;
 
 /// The names a text about one call uses: the tool's, and its status companion's when it has one
 /// (texts point the model there). A definition gives them with `ToolDefinition::named`, so this

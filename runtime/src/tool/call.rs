@@ -23,6 +23,8 @@ pub struct Call {
     /// For a key on the call's place in the run: the key at one fixed place, under which (with
     /// the fingerprint) the retry limit counts the call's failures.
     pub(crate) limit_key: Option<IdempotencyKey>,
+    /// A transactional call's body, run in place of `body`.
+    pub(crate) tx: Option<super::TxBody>,
 }
 
 /// The body of a call: runs the tool's fn.
@@ -40,6 +42,7 @@ impl Call {
             body,
             recover: None,
             limit_key: None,
+            tx: None,
         }
     }
 
@@ -51,7 +54,25 @@ impl Call {
             body,
             recover: None,
             limit_key: None,
+            tx: None,
         }
+    }
+
+    /// A keyed call of a transactional tool: `body` runs in the transaction that holds the
+    /// key's record (see [`ToolDefinition::with_transaction`](super::ToolDefinition::with_transaction)).
+    pub fn transactional(
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        body: super::TxBody,
+    ) -> Call {
+        let database = body.database();
+        // Never run: the executor runs `tx` in its place.
+        let outside: Body = Box::new(move |_| {
+            Box::pin(std::future::ready(Err(ToolError::internal(format!(
+                "a transactional call's body runs only in a {database} transaction"
+            )))))
+        });
+        Call::keyed(key, fingerprint, outside).with_transaction(body)
     }
 
     /// The call's idempotency key (keyed tools only).
@@ -70,6 +91,14 @@ impl Call {
     #[doc(hidden)]
     pub fn with_limit_key(mut self, key: IdempotencyKey) -> Call {
         self.limit_key = Some(key);
+        self
+    }
+
+    /// A keyed call of a transactional tool (see
+    /// [`ToolDefinition::with_transaction`](super::ToolDefinition::with_transaction)): `body`
+    /// runs in the transaction that holds the key's record, in place of the call's own body.
+    pub fn with_transaction(mut self, body: super::TxBody) -> Call {
+        self.tx = Some(body);
         self
     }
 

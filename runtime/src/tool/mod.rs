@@ -14,11 +14,15 @@ mod call;
 mod flatten;
 // Settings and retry limits.
 mod settings;
+// The bodies of transactional calls.
+mod transaction;
 
 pub use call::{Body, BoxFuture, Call, Invocation, KeyFn, Recover, StatusCompanion, Tool};
 pub(crate) use flatten::{flattened_option, map_takes_others_fields};
 pub(crate) use settings::DEFAULT_RETRY_LIMIT;
 pub use settings::{RetryLimit, Settings};
+pub(crate) use transaction::Inner as TxInner;
+pub use transaction::TxBody;
 
 /// A state type a tool needs from the toolbox.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +71,8 @@ pub struct ToolDefinition {
     /// The check of the objects below the arguments' top level, read from the input schema
     /// when the toolbox is built: none where no closed object is below it.
     pub(crate) nested: Option<std::sync::Arc<crate::schema::Nested>>,
+    /// The database whose transaction a transactional tool's body writes in.
+    pub(crate) transaction: Option<crate::store::Database>,
 }
 
 /// A parameter of a tool with a `#[serde(flatten)]` one, as the macro declares it.
@@ -139,7 +145,21 @@ impl ToolDefinition {
             argument_aliases: Vec::new(),
             parameters: Vec::new(),
             nested: None,
+            transaction: None,
         }
+    }
+
+    /// Declares the tool transactional on `database`: its calls' bodies
+    /// ([`Call::with_transaction`]) write in the transaction that holds their key's record. A
+    /// toolbox whose store keeps its records elsewhere refuses the tool when it is built.
+    pub fn with_transaction(mut self, database: crate::store::Database) -> Self {
+        self.transaction = Some(database);
+        self
+    }
+
+    /// The database a transactional tool writes in; `None` for every other tool.
+    pub fn transaction(&self) -> Option<crate::store::Database> {
+        self.transaction
     }
 
     /// Declares a parameter of its own, by its JSON name, beside a `#[serde(flatten)]` one:

@@ -6,7 +6,7 @@ use quote::quote;
 
 use super::{args, Expansion};
 use crate::tool::attr::RetryLimit;
-use crate::tool::model::{ParamKind, Story};
+use crate::tool::model::{Database, ParamKind, Story};
 
 pub fn definition(e: &Expansion) -> TokenStream {
     let (tk, tool, as_result) = (&e.tk, e.tool, &e.as_result);
@@ -27,6 +27,13 @@ pub fn definition(e: &Expansion) -> TokenStream {
         ParamKind::State(inner) => Some(quote!(.with_need(#tk::StateNeed::of::<#inner>()))),
         _ => None,
     });
+    let transaction = tool.transaction().map(|database| {
+        let database = match database {
+            Database::Postgres => quote!(Postgres),
+            Database::Sqlite => quote!(Sqlite),
+        };
+        quote!(.with_transaction(#tk::Database::#database))
+    });
     quote! {
         fn definition(&self) -> #tk::ToolDefinition {
             #settings
@@ -37,6 +44,7 @@ pub fn definition(e: &Expansion) -> TokenStream {
                 #status_tool
                 #arguments
                 #(#state_needs)*
+                #transaction
         }
     }
 }

@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 
 use super::{args, fingerprint, Expansion};
 use crate::tool::key::Template;
-use crate::tool::model::{Keyed, ParamKind, Tool};
+use crate::tool::model::{Database, Keyed, ParamKind, Tool};
 
 pub fn prepare(e: &Expansion, keyed: Option<(&Keyed, &Template)>) -> TokenStream {
     let tk = &e.tk;
@@ -51,7 +51,14 @@ fn keyed_call(e: &Expansion, keyed: &Keyed, template: &Template) -> TokenStream 
         })
         .collect();
     let fingerprint = fingerprint::value(e, template);
-    let body = body(e);
+    let body = match e.tool.transaction() {
+        Some(database) => tx_body(e, database),
+        None => body(e),
+    };
+    let constructor = match e.tool.transaction() {
+        Some(_) => quote!(transactional),
+        None => quote!(keyed),
+    };
     let (keep_raw, with_recover) = match &keyed.recover {
         Some(recover) => (
             quote!(let __raw = __args.clone();),
@@ -77,7 +84,7 @@ fn keyed_call(e: &Expansion, keyed: &Keyed, template: &Template) -> TokenStream 
         let __key = __key(__ctx, #(#key_args),*)?;
         let __fp = #fingerprint?;
         ::core::result::Result::Ok(
-            #tk::Call::keyed(__key, __fp, #body) #with_recover #with_limit_key
+            #tk::Call::#constructor(__key, __fp, #body) #with_recover #with_limit_key
         )
     }
 }
@@ -123,6 +130,39 @@ fn body(e: &Expansion) -> TokenStream {
     }
 }
 
+/// A transactional call's body: the user's fn called with the call's transaction, the states
+/// it takes, the context and the arguments. On PostgreSQL it is awaited as every body is; on
+/// SQLite it runs on the blocking pool holding the store's write lock, and is driven there.
+fn tx_body(e: &Expansion, database: Database) -> TokenStream {
+    let (tk, func, as_result) = (&e.tk, &e.tool.func, &e.as_result);
+    let fn_ident = &func.sig.ident;
+    let take_states = take_states(e.tool);
+    let call_args = call_args(e.tool);
+    match database {
+        Database::Postgres => {
+            let user_future = quote_spanned! {func.sig.fn_token.span=>
+                #tk::send_future(#fn_ident(#(#call_args),*))
+            };
+            quote! {
+                #tk::TxBody::postgres(move |__inv: #tk::Invocation, __tx| {
+                    ::std::boxed::Box::pin(async move {
+                        #(#take_states)*
+                        let __ctx = __inv.into_context();
+                        #as_result::into_tool_result(#user_future.await)
+                    })
+                })
+            }
+        }
+        Database::Sqlite => quote! {
+            #tk::TxBody::sqlite(move |__inv: #tk::Invocation, __tx| {
+                #(#take_states)*
+                let __ctx = __inv.into_context();
+                #as_result::into_tool_result(#tk::block_on(#fn_ident(#(#call_args),*)))
+            })
+        },
+    }
+}
+
 /// `.with_recover(..)`: the `recover` fn called as the user's fn is, on the arguments kept raw.
 fn with_recover(e: &Expansion, recover: &syn::Path) -> TokenStream {
     let tk = &e.tk;
@@ -165,6 +205,7 @@ fn call_args(tool: &Tool) -> Vec<TokenStream> {
                 quote!(#var)
             }
             ParamKind::Context => quote!(&__ctx),
+            ParamKind::Transaction(_) => quote!(__tx),
             ParamKind::Model => {
                 let ident = &p.ident;
                 quote!(__a.#ident)

@@ -26,8 +26,10 @@ mod reservations;
 mod sql;
 #[cfg(test)]
 mod tests;
+mod transaction;
 
 use sql::{Ident, Sql};
+pub(crate) use transaction::PgWork;
 
 /// The schema version this build writes, kept per table in `toolkey_schema_version`. Version 1
 /// had no `tool` column; [`PostgresStore::migrate`] adds it.

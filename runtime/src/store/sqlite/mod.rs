@@ -38,10 +38,12 @@ mod reservations;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod transaction;
 mod writer;
 
 use counters::failures_at;
 use schema::migrate;
+pub(crate) use transaction::{SqliteWork, TxHandle};
 use writer::{answered, lock, try_lock, Job, Writer, Writes, MAX_LINGER};
 
 const COLUMNS: &str = "state, token, fingerprint, since_ms, lease_until_ms, outcome, \
