@@ -309,19 +309,20 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
     let read_only =
         |runs: usize| calls(&plain, "peek_invoice", vec![replayed.clone(); runs], false);
     let mut fresh = 0u64;
+    let mut first_call = |runs: usize| {
+        let args = (0..runs)
+            .map(|_| {
+                fresh += 1;
+                let customer = format!("r{fresh}");
+                json!({"customer": customer, "period": "2026-10", "amount": 100.0})
+            })
+            .collect();
+        calls(&keyed, "send_invoice", args, false)
+    };
     side_by_side(
         "call/ratios: keyed first call (memory) against the read_only call",
         4_000,
-        |runs| {
-            let args = (0..runs)
-                .map(|_| {
-                    fresh += 1;
-                    let customer = format!("r{fresh}");
-                    json!({"customer": customer, "period": "2026-10", "amount": 100.0})
-                })
-                .collect();
-            calls(&keyed, "send_invoice", args, false)
-        },
+        &mut first_call,
         read_only,
     );
     // The floor under the keyed first call: the `read_only` call (argument parsing, the body,
@@ -397,7 +398,8 @@ fn ratios(rt: &tokio::runtime::Runtime, ctx: &ToolContext, ledger: Arc<Ledger>) 
         },
         read_only,
     );
-    bare_floor(rt, ctx, &plain, &replayed, read_only);
+    bare_floor(rt, ctx, &plain, &replayed, read_only, first_call);
+    read_only_floor(rt, ctx, &plain, &replayed);
     for (name, toolbox) in [("memory", &keyed), ("memory, local cache", &cached)] {
         side_by_side(
             &format!("call/ratios: keyed replay ({name}) against the read_only call"),
@@ -425,6 +427,65 @@ fn fresh_runs(
         .collect()
 }
 
+/// `peek_invoice`'s arguments, as its tool reads them.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeekArgs {
+    customer: String,
+    period: String,
+    amount: f64,
+}
+
+/// The `read_only` call beside what such a call cannot avoid, with none of the call path around
+/// it: its arguments read into the tool's type (from the same JSON value a call takes), its body
+/// run, and its result written as the JSON value the call answers with. The distance between the
+/// two is what `Toolbox::call` adds to a call that has no key (the tool's lookup, the argument
+/// schema's nested check, the retry limit's count, the span and metrics, the panic catch).
+fn read_only_floor(
+    rt: &tokio::runtime::Runtime,
+    ctx: &ToolContext,
+    plain: &Toolbox,
+    args: &serde_json::Value,
+) {
+    use serde::Deserialize;
+    let ledger = Arc::new(Ledger::default());
+    side_by_side(
+        "call/ratios: the read_only call against its floor (its arguments read into the tool's type, its body, its result written as JSON)",
+        4_000,
+        |runs| {
+            let args = vec![args.clone(); runs];
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for args in args {
+                    let out = plain.call("peek_invoice", args, ctx).await.unwrap();
+                    std::hint::black_box(out);
+                }
+                start.elapsed()
+            })
+        },
+        |runs| {
+            let args = vec![args.clone(); runs];
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for args in args {
+                    let read = PeekArgs::deserialize(&args).unwrap();
+                    let ran = peek_invoice(
+                        State(ledger.clone()),
+                        read.customer,
+                        read.period,
+                        read.amount,
+                    )
+                    .await
+                    .unwrap();
+                    let value = serde_json::to_value(ran).unwrap();
+                    std::hint::black_box((value, args));
+                }
+                start.elapsed()
+            })
+        },
+    );
+}
+
 /// A first call's record kept with nothing but plain parts (see [`bare_floor`]).
 struct Bare {
     fingerprint: [u8; 32],
@@ -446,7 +507,8 @@ fn bare_floor(
     ctx: &ToolContext,
     plain: &Toolbox,
     args: &serde_json::Value,
-    read_only: impl FnMut(usize) -> std::time::Duration,
+    mut read_only: impl FnMut(usize) -> std::time::Duration,
+    mut first_call: impl FnMut(usize) -> std::time::Duration,
 ) {
     use sha2::Digest;
     // The text a fingerprint hashes: the tool's name and its defining field, in one block.
@@ -458,46 +520,55 @@ fn bare_floor(
     );
     let mut records: hashbrown::HashMap<String, Bare> = hashbrown::HashMap::new();
     let (mut fresh, mut tokens) = (0u64, 0u64);
+    let mut bare = |runs| {
+        let runs = fresh_runs("b", &mut fresh, args, runs);
+        let records = &mut records;
+        let tokens = &mut tokens;
+        rt.block_on(async move {
+            let start = std::time::Instant::now();
+            for (customer, args) in runs {
+                let out = plain.call("peek_invoice", args, ctx).await.unwrap();
+                // Its parts copied into one allocation of the right size, as the key
+                // writer of a tool does (with `format!`, the floor read 0.01x to 0.08x
+                // higher in three runs A B A B).
+                let mut key = String::with_capacity(tenant.len() + customer.len() + 17);
+                for part in [tenant, "\u{0}invoice:", &customer, ":2026-10"] {
+                    key.push_str(part);
+                }
+                let mut hash = sha2::Sha256::new();
+                hash.update(std::hint::black_box(FINGERPRINTED));
+                let fingerprint: [u8; 32] = hash.finalize().into();
+                *tokens += 1;
+                let now = std::time::SystemTime::now();
+                let record = match records.entry(key) {
+                    hashbrown::hash_map::Entry::Vacant(free) => free.insert(Bare {
+                        fingerprint,
+                        token: *tokens,
+                        lease_until: now + lease,
+                        outcome: None,
+                    }),
+                    hashbrown::hash_map::Entry::Occupied(_) => panic!("a fresh key was held"),
+                };
+                let text = serde_json::to_string(&out.value).unwrap();
+                record.outcome = Some((text, std::time::SystemTime::now() + retain));
+                std::hint::black_box(&out);
+            }
+            start.elapsed()
+        })
+    };
     side_by_side(
         "call/ratios: a bare record's floor (the read_only call, then with plain parts a key, a SHA-256 fingerprint, a counter for a token, a hash map insert and the outcome's text, two clock reads) against the read_only call",
         4_000,
-        |runs| {
-            let runs = fresh_runs("b", &mut fresh, args, runs);
-            let records = &mut records;
-            let tokens = &mut tokens;
-            rt.block_on(async move {
-                let start = std::time::Instant::now();
-                for (customer, args) in runs {
-                    let out = plain.call("peek_invoice", args, ctx).await.unwrap();
-                    // Its parts copied into one allocation of the right size, as the key
-                    // writer of a tool does (with `format!`, the floor read 0.01x to 0.08x
-                    // higher in three runs A B A B).
-                    let mut key = String::with_capacity(tenant.len() + customer.len() + 17);
-                    for part in [tenant, "\u{0}invoice:", &customer, ":2026-10"] {
-                        key.push_str(part);
-                    }
-                    let mut hash = sha2::Sha256::new();
-                    hash.update(std::hint::black_box(FINGERPRINTED));
-                    let fingerprint: [u8; 32] = hash.finalize().into();
-                    *tokens += 1;
-                    let now = std::time::SystemTime::now();
-                    let record = match records.entry(key) {
-                        hashbrown::hash_map::Entry::Vacant(free) => free.insert(Bare {
-                            fingerprint,
-                            token: *tokens,
-                            lease_until: now + lease,
-                            outcome: None,
-                        }),
-                        hashbrown::hash_map::Entry::Occupied(_) => panic!("a fresh key was held"),
-                    };
-                    let text = serde_json::to_string(&out.value).unwrap();
-                    record.outcome = Some((text, std::time::SystemTime::now() + retain));
-                    std::hint::black_box(&out);
-                }
-                start.elapsed()
-            })
-        },
-        read_only,
+        &mut bare,
+        &mut read_only,
+    );
+    // The keyed first call against that floor directly: what the call path and the store add
+    // to what any keeping of an outcome costs.
+    side_by_side(
+        "call/ratios: keyed first call (memory) against the bare record's floor",
+        4_000,
+        &mut first_call,
+        &mut bare,
     );
     // Every record was kept to the end, as a store keeps them, under a token of its own, with
     // its fingerprint and its outcome.

@@ -76,12 +76,14 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use redis::Script;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::json;
 use toolkey::store::{
     CachedStore, Outcome, RecordKey, RedisStore, Reservation, Reservations, SqliteStore, Store,
     Token,
 };
-use toolkey::Fingerprint;
+use toolkey::{tool, Fingerprint, ToolContext, ToolError, Toolbox};
 use toolkey_tests::direct::*;
 use toolkey_tests::rounds::*;
 
@@ -355,6 +357,7 @@ fn stores(c: &mut Criterion) {
             store_replays,
             |runs| timed(runs, &raw_replay),
         );
+        through_toolbox(&rt, &path, &tenant, &raw_first_run, &raw_replay);
     }
 
     // Leave the test database as the bench found it.
@@ -370,6 +373,119 @@ fn stores(c: &mut Criterion) {
             .await
             .unwrap();
     });
+}
+
+/// An invoice, as the raw side's outcome holds it.
+#[derive(Serialize, JsonSchema)]
+struct Invoice {
+    invoice: String,
+    amount: f64,
+}
+
+/// Send an invoice.
+#[tool(idempotent(key = "invoice:<customer>:<period>"))]
+async fn send_invoice(customer: String, period: String) -> Result<Invoice, ToolError> {
+    let _ = (customer, period);
+    Ok(Invoice {
+        invoice: "inv-1".into(),
+        amount: 100.5,
+    })
+}
+
+/// The SQLite rows as an application meets them: a keyed tool's first call and replay through
+/// `Toolbox::call`, on a store over the same file, beside raw rusqlite's reserve + complete and
+/// its indexed `SELECT` of the outcome (the same sides as the store-level lines above). The
+/// caller is the runtime's `block_on`, as for the store-level lines.
+fn through_toolbox(
+    rt: &tokio::runtime::Runtime,
+    path: &std::path::Path,
+    tenant: &str,
+    raw_first_run: &dyn Fn(),
+    raw_replay: &dyn Fn(),
+) {
+    let toolbox = Toolbox::builder()
+        .store(SqliteStore::open(path).unwrap())
+        .tool(SendInvoice)
+        .build()
+        .unwrap();
+    let ctx = ToolContext::new("bench").with_tenant(tenant);
+    // `runs` calls of `send_invoice`, their arguments made before the clock starts.
+    let calls = |args: Vec<serde_json::Value>, replay: bool| {
+        rt.block_on(async {
+            let start = Instant::now();
+            for args in args {
+                let out = toolbox.call("send_invoice", args, &ctx).await.unwrap();
+                assert_eq!(out.replayed, replay);
+            }
+            start.elapsed()
+        })
+    };
+    let mut fresh = 0u64;
+    side_by_side(
+        "sqlite first call through Toolbox::call, against raw rusqlite's reserve+complete",
+        100,
+        |runs| {
+            let args = (0..runs)
+                .map(|_| {
+                    fresh += 1;
+                    json!({"customer": format!("t{fresh}"), "period": "2026-10"})
+                })
+                .collect();
+            calls(args, false)
+        },
+        |runs| timed(runs, raw_first_run),
+    );
+    // The same first calls made from a task on the runtime's workers, as a server's request
+    // handlers make them: a call whose work waits moves it to a task of its own, which starts on
+    // the caller's worker, where `block_on`'s caller, outside the runtime, wakes a worker for it
+    // and is woken back.
+    let shared = std::sync::Arc::new(toolbox);
+    let on_a_worker = |args: Vec<serde_json::Value>| {
+        let (toolbox, ctx) = (shared.clone(), ctx.clone());
+        rt.block_on(rt.spawn(async move {
+            let start = Instant::now();
+            for args in args {
+                let out = toolbox.call("send_invoice", args, &ctx).await.unwrap();
+                assert!(!out.replayed);
+            }
+            start.elapsed()
+        }))
+        .unwrap()
+    };
+    side_by_side(
+        "sqlite first call through Toolbox::call from a task on a worker, against raw rusqlite's reserve+complete",
+        100,
+        |runs| {
+            let args = (0..runs)
+                .map(|_| {
+                    fresh += 1;
+                    json!({"customer": format!("t{fresh}"), "period": "2026-10"})
+                })
+                .collect();
+            on_a_worker(args)
+        },
+        |runs| timed(runs, raw_first_run),
+    );
+    let toolbox = &*shared;
+    let calls = |args: Vec<serde_json::Value>, replay: bool| {
+        rt.block_on(async {
+            let start = Instant::now();
+            for args in args {
+                let out = toolbox.call("send_invoice", args, &ctx).await.unwrap();
+                assert_eq!(out.replayed, replay);
+            }
+            start.elapsed()
+        })
+    };
+    let replayed = json!({"customer": "acme", "period": "2026-10"});
+    rt.block_on(toolbox.call("send_invoice", replayed.clone(), &ctx))
+        .unwrap();
+    side_by_side(
+        "sqlite replay through Toolbox::call, against the raw SELECT",
+        2_000,
+        |runs| calls(vec![replayed.clone(); runs], true),
+        |runs| timed(runs, raw_replay),
+    );
 }
 
 /// The Redis store on the cluster `.ci/services.sh` starts, without and with waiting for a

@@ -16,8 +16,9 @@
 #           the memory store's bytes per record at a million records, and a reserve there
 #           against one with a thousand records held
 #   stores  TOOLKEY_BENCH_RATIOS=1 cargo bench ... --bench stores -- sqlite/re
-#           the SQLite store's first run and replay against raw rusqlite (needs the services of
-#           the tests, as `.ci/services.sh` starts them: the bench connects to each server)
+#           a keyed first call and replay on SQLite, through Toolbox::call and at the store,
+#           against raw rusqlite (needs the PostgreSQL and Redis servers of the tests: the bench
+#           connects to each)
 # The other benches (throughput, the compile-time harness, the server stores' rows) take longer
 # and are run by hand; see CONTRIBUTING.md.
 set -euo pipefail
@@ -72,12 +73,17 @@ echo "|---|---|---|---|---|"
 read -r v u <<<"$(median call 'call/toolbox read_only')"
 row "a \`read_only\` tool's call" "through \`Toolbox::call\`" "≤ 1.5 µs" "$v $u" "$(met "$(ns "$v" "$u")" 1500)"
 
-IFS='|' read -r r a b <<<"$(ratio call 'call/ratios: keyed first call (memory) against')"
+IFS='|' read -r r a b <<<"$(ratio call 'call/ratios: the read_only call against its floor')"
+row "a \`read_only\` call, against its floor: its arguments read into the tool's type, its body, its result written as JSON, by hand" "through \`Toolbox::call\`, side by side" "≤ 2×" "${r}× ($a against $b)" "$(met "$r" 2)"
+
+IFS='|' read -r r a b <<<"$(ratio call 'call/ratios: keyed first call (memory) against the read_only')"
 row "a keyed first call, memory store, against the \`read_only\` call" "through \`Toolbox::call\`, side by side" "≤ 1.5×" "${r}× ($a against $b)" "$(met "$r" 1.5)"
 IFS='|' read -r r a b <<<"$(ratio call "call/ratios: the keyed first call's floor")"
 row "its floor: the \`read_only\` call, then this store's key, fingerprint, reserve and record by hand" "below \`Toolbox::call\` (the store's own calls)" "none: what a first call cannot skip" "${r}× ($a against $b)" "—"
 IFS='|' read -r r a b <<<"$(ratio call "call/ratios: a bare record's floor")"
 row "a bare record's floor: the \`read_only\` call, then a key, a SHA-256, a hash map insert and the outcome's text, with no store" "below \`Toolbox::call\` (plain parts)" "none: what any keeping of an outcome costs" "${r}× ($a against $b)" "—"
+IFS='|' read -r r a b <<<"$(ratio call "call/ratios: keyed first call (memory) against the bare record's floor")"
+row "a keyed first call, memory store, against the bare record's floor" "through \`Toolbox::call\`, side by side" "≤ 1.3×" "${r}× ($a against $b)" "$(met "$r" 1.3)"
 
 IFS='|' read -r r a b <<<"$(ratio call 'call/ratios: keyed replay (memory) against')"
 row "a keyed replay, memory store, against the \`read_only\` call" "through \`Toolbox::call\`, side by side" "≤ 1.0×" "${r}× ($a against $b)" "$(met "$r" 1.0)"
@@ -97,10 +103,14 @@ if have scale; then
   row "memory store: a reserve with a million records held, against a thousand" "below \`Toolbox::call\` (the store's reserve), side by side" "≤ 1.3×" "${r}× ($a against $b)" "$(met "$r" 1.3)"
 fi
 if have stores; then
+  IFS='|' read -r r a b <<<"$(ratio stores 'sqlite first call through Toolbox::call')"
+  row "SQLite: a keyed first call, against raw rusqlite's reserve and complete (WAL, \`synchronous = FULL\`)" "through \`Toolbox::call\`, side by side" "≤ 1.1×" "${r}× ($a against $b)" "$(met "$r" 1.1)"
   IFS='|' read -r r a b <<<"$(ratio stores 'sqlite reserve+complete, the store against raw rusqlite')"
-  row "SQLite: a first run's reserve and complete, against raw rusqlite's (WAL, \`synchronous = FULL\`)" "below \`Toolbox::call\` (the store), side by side" "≤ 1.1×" "${r}× ($a against $b)" "$(met "$r" 1.1)"
+  row "its store's share: the store's reserve and complete, against raw rusqlite's" "below \`Toolbox::call\` (the store), side by side" "none: part of the row above" "${r}× ($a against $b)" "—"
+  IFS='|' read -r r a b <<<"$(ratio stores 'sqlite replay through Toolbox::call')"
+  row "SQLite: a keyed replay, against a raw indexed \`SELECT\` of the outcome" "through \`Toolbox::call\`, side by side" "≤ 2×" "${r}× ($a against $b)" "$(met "$r" 2)"
   IFS='|' read -r r a b <<<"$(ratio stores 'sqlite replay, the store against the raw SELECT')"
-  row "SQLite: a replay, against a raw indexed \`SELECT\` of the outcome" "below \`Toolbox::call\` (the store), side by side" "≤ 2×" "${r}× ($a against $b)" "$(met "$r" 2)"
+  row "its store's share: the store's reserve meeting the completed record, against the raw \`SELECT\`" "below \`Toolbox::call\` (the store), side by side" "none: part of the row above" "${r}× ($a against $b)" "—"
 fi
 # The history bench fills each store with a million expired records, minutes of work: the script
 # does not run it, but prints its rows when its output was saved by hand as
