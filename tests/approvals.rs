@@ -47,6 +47,18 @@ async fn refund(
     Ok(ledger.make(format!("refund {order}"), cents))
 }
 
+/// Refund part of an order, whose record is kept for a second once it is done.
+#[tool(idempotent(key = "refund:<order>"), approval, retain = "1s")]
+async fn refund_briefly_kept(
+    ledger: State<Ledger>,
+    /// The order.
+    order: String,
+    /// The amount in cents.
+    cents: i64,
+) -> Result<Value, ToolError> {
+    Ok(ledger.make(format!("refund {order}"), cents))
+}
+
 /// Pay a supplier; the toolbox's rule sends payments above 100.00 to a person.
 #[tool(idempotent(key = "payout:<invoice>"))]
 async fn pay_out(
@@ -126,6 +138,7 @@ fn setup(target: &Target) -> Setup {
         .tool(PayOut)
         .tool(Wire)
         .tool(Tip)
+        .tool(RefundBrieflyKept)
         .require_approval(|tool, args| {
             tool == "pay_out" && args["cents"].as_i64().is_some_and(|cents| cents > 10_000)
         })
@@ -219,6 +232,40 @@ async fn approve_runs_exactly_once(target: &Target) {
     assert!(again.replayed && again.value == ran.value, "{again:?}");
     assert_eq!(s.ledger.count(), 1);
     assert!(s.admin.pending(s.tenant(), 10).await.unwrap().is_empty());
+}
+
+async fn an_approval_covers_one_run_of_its_key(target: &Target) {
+    let s = setup(target);
+    let args = json!({"order": "o-9", "cents": 900});
+    awaiting(s.call("refund_briefly_kept", args.clone()).await);
+    let id = s.id("refund_briefly_kept", "refund:o-9");
+    s.admin
+        .approve(&id, 1, "ops@example.com", None)
+        .await
+        .unwrap();
+    assert!(
+        !s.call("refund_briefly_kept", args.clone())
+            .await
+            .unwrap()
+            .replayed
+    );
+    assert!(
+        s.call("refund_briefly_kept", args.clone())
+            .await
+            .unwrap()
+            .replayed
+    );
+    // The key's record is gone: the same arguments are new work, and the approval of the run
+    // that is over does not cover it.
+    s.pass(Duration::from_millis(2_500)).await;
+    awaiting(s.call("refund_briefly_kept", args.clone()).await);
+    assert_eq!(s.ledger.count(), 1);
+    let pending = s.admin.pending(s.tenant(), 10).await.unwrap();
+    assert_eq!(
+        pending.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        vec![2],
+        "{pending:?}"
+    );
 }
 
 async fn deny_is_final(target: &Target) {
@@ -421,6 +468,7 @@ async fn a_call_keyed_on_its_step_uses_its_approval_up(target: &Target) {
 async fn every_scenario(target: Target) {
     a_call_keyed_on_its_step_uses_its_approval_up(&target).await;
     approve_runs_exactly_once(&target).await;
+    an_approval_covers_one_run_of_its_key(&target).await;
     deny_is_final(&target).await;
     an_expired_request_never_runs(&target).await;
     an_approval_never_covers_other_arguments(&target).await;

@@ -14,7 +14,9 @@
 //! it, and the key makes that once: later calls replay it.
 //!
 //! - A keyed call's request is bound to its idempotency key. A call with other arguments under
-//!   that key is never covered: it is answered `CONFLICT`, naming the request.
+//!   that key is never covered: it is answered `CONFLICT`, naming the request. An approval
+//!   admits one run of its key: once that run's record has gone (the key's retention after the
+//!   decision), the same arguments are new work and need a new request.
 //! - A call without a key (`unkeyed`, `natural`) is bound to the fingerprint of its whole
 //!   arguments. An approved request admits one call and is then used up: the next call with
 //!   the same arguments opens a new request.
@@ -30,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use crate::store::{
-    Approval, ApprovalKey, ApprovalState, ApprovalStatus, Requester, Store, StoreError,
+    Approval, ApprovalKey, ApprovalState, ApprovalStatus, RecordKey, Requester, Store, StoreError,
 };
 use crate::texts;
 use crate::tool::ToolDefinition;
@@ -128,7 +130,23 @@ impl Gate {
                     ApprovalStatus::Expired | ApprovalStatus::Used => held.revision + 1,
                 },
                 Some(held) => match status(held) {
-                    ApprovalStatus::Approved if !bound.once => return Ok(()),
+                    ApprovalStatus::Approved if !bound.once => {
+                        // An approval admits one run of its key. A run begins after the
+                        // decision, so its record lives past the decision plus the key's
+                        // retention: before then, a call is that run, its retry or its replay.
+                        // After, only a live record of the key lets a call through (its
+                        // replay); with none, the run is over and the call needs a new request.
+                        let decided = held.decision.as_ref().map_or(held.requested_at, |d| d.at);
+                        let now = store.now().await.map_err(refused)?;
+                        if now < decided + def.settings.retain {
+                            return Ok(());
+                        }
+                        let rkey = RecordKey::new(ctx.scope(), bound.key);
+                        if store.get(&rkey).await.map_err(refused)?.is_some() {
+                            return Ok(());
+                        }
+                        held.revision + 1
+                    }
                     ApprovalStatus::Approved => {
                         // Used up before the body runs: a body that fails does not make the
                         // approval good for a second run.
