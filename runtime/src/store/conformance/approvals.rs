@@ -271,3 +271,36 @@ pub(super) async fn approvals_never_touch_a_record(cx: Ctx) -> Result<(), String
         "the record's holder could not release it after its key's approval".into()
     })
 }
+
+/// A name given to an operator's command is not checked as a tool's is: tool `a:b` with key `c`
+/// and tool `a` with key `b:c` are two requests, however a store joins the parts.
+pub(super) async fn a_tool_and_key_split_elsewhere_are_another_request(
+    cx: Ctx,
+) -> Result<(), String> {
+    let store = &cx.store;
+    let one = ApprovalKey::new(cx.tenant.clone(), "refund:conformance", "split");
+    let other = ApprovalKey::new(cx.tenant.clone(), "refund", "conformance:split");
+    ensure(
+        store
+            .open_approval(&request(&one, 1, &fp(1)))
+            .await
+            .map_err(err)?,
+        || "the first request was not written".into(),
+    )?;
+    let found = store.latest_approval(&other).await.map_err(err)?;
+    ensure(found.is_none(), || {
+        format!("tool `refund` key `conformance:split` read another tool's request: {found:?}")
+    })?;
+    ensure(
+        store
+            .open_approval(&request(&other, 1, &fp(2)))
+            .await
+            .map_err(err)?,
+        || "a request was refused because another tool's request shares its joined name".into(),
+    )?;
+    let read = store.latest_approval(&one).await.map_err(err)?;
+    ensure(
+        read.is_some_and(|r| r.id == one && r.fingerprint == fp(1).to_hex()),
+        || "the first request changed when the second was written".into(),
+    )
+}

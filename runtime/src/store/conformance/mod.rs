@@ -223,6 +223,12 @@ impl<S: Store> Suite<S> {
                 "approvals_never_touch_a_record",
                 Box::pin(approvals_never_touch_a_record(self.ctx())),
             ),
+            (
+                "a_tool_and_key_split_elsewhere_are_another_request",
+                Box::pin(a_tool_and_key_split_elsewhere_are_another_request(
+                    self.ctx(),
+                )),
+            ),
         ];
         let mut failed = Vec::new();
         let total = checks.len();

@@ -49,7 +49,10 @@ return 1
 
 impl RedisStore {
     fn approval_key(&self, id: &ApprovalKey) -> String {
-        let key = RecordKey::new(id.tenant.as_str(), format!("{}:{}", id.tool, id.key));
+        // The tool's length first: a name an operator typed may hold `:`, and `a:b` + `c` must
+        // not read the hash of `a` + `b:c`.
+        let joined = format!("{}:{}:{}", id.tool.len(), id.tool, id.key);
+        let key = RecordKey::new(id.tenant.as_str(), joined);
         escaped(&self.prefix, APPROVALS, &key, self.layout)
     }
 }
